@@ -1,0 +1,67 @@
+"""Training text drawn from the scenarios' train split: one (prompt, completion) pair per seed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from scenarios import Split, load_scenario
+
+# Share of training examples per scenario: the JSON extraction task the article measures leads.
+MIX: dict[str, float] = {"order_extraction": 0.4, "tool_call": 0.25, "review_sentiment": 0.2, "freeform_qa": 0.15}
+
+
+@dataclass(frozen=True)
+class Pair:
+    messages: list[dict[str, str]]
+    completion: str
+
+
+def _pairs_for(job: tuple[str, int, int]) -> list[Pair]:
+    name, offset, count = job
+    scenario = load_scenario(name)
+    return [Pair(s.messages, s.answer_text()) for s in scenario.samples(Split.TRAIN, count, offset)]
+
+
+def _jobs(total: int, chunk: int) -> list[tuple[str, int, int]]:
+    jobs: list[tuple[str, int, int]] = []
+    for name, share in MIX.items():
+        count = int(total * share)
+        jobs += [(name, start, min(chunk, count - start)) for start in range(0, count, chunk)]
+    return jobs
+
+
+def _run(func, jobs: list, workers: int) -> list:
+    if workers <= 1:
+        results: Iterable[list] = map(func, jobs)
+    else:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(func, jobs))
+    return [item for batch in results for item in batch]
+
+
+def training_pairs(total: int, workers: int = 1, chunk: int = 5000) -> list[Pair]:
+    """``total`` pairs in MIX proportions, from the start of each scenario's train split (deterministic)."""
+    return _run(_pairs_for, _jobs(total, chunk), workers)
+
+
+def _tokenized_for(job: tuple[str, int, int, str]) -> list[tuple[list[int], list[int]]]:
+    from models.tokenizer import load_tokenizer
+
+    *pair_job, tokenizer_dir = job
+    tok = load_tokenizer(tokenizer_dir)
+    eos = tok.convert_tokens_to_ids(tok.eos_token)
+    pairs = _pairs_for(tuple(pair_job))  # type: ignore[arg-type]
+    # The prompt exactly as vLLM renders it (chat template, generation prompt), tokenised apart from the
+    # completion, so training sees the same token boundary that serving does.
+    prompts = [tok.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True) for p in pairs]
+    backend = tok.backend_tokenizer
+    prompt_ids = backend.encode_batch(prompts, add_special_tokens=False)
+    answer_ids = backend.encode_batch([p.completion for p in pairs], add_special_tokens=False)
+    return [(p.ids, a.ids + [eos]) for p, a in zip(prompt_ids, answer_ids, strict=True)]
+
+
+def tokenized_pairs(total: int, tokenizer_dir: str, workers: int = 1, chunk: int = 5000) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, completion ids + EOS) for ``total`` training pairs."""
+    return _run(_tokenized_for, [(*job, tokenizer_dir) for job in _jobs(total, chunk)], workers)

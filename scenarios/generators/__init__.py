@@ -1,0 +1,1 @@
+"""Seeded generators, one module per scenario; ``pools`` holds their shared word lists."""

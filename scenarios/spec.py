@@ -1,0 +1,272 @@
+"""Scenario files: loading, checking, and turning a seed into a request.
+
+A scenario is a YAML file (see ``scenarios/defs/``) naming a seeded generator, the output kind, the
+modes it runs in, disjoint train / eval seed ranges, and the JSON Schema of its answers. Every
+problem with a file is raised as :class:`ScenarioError` at load time, naming the file, the field and
+the fix, so a broken scenario never reaches a benchmark run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFS_DIR = Path(__file__).parent / "defs"
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message says which file, which field, and the fix."""
+
+    def __init__(self, source: str | Path, field_name: str, problem: str, fix: str) -> None:
+        self.source, self.field_name = str(source), field_name
+        super().__init__(f"{source}: field '{field_name}': {problem}; fix: {fix}")
+
+
+class Mode(StrEnum):
+    """How JSON is asked for. ``prompt``: only in the prompt text (the article's baseline)."""
+
+    PROMPT = "prompt"
+    JSON_OBJECT = "json_object"
+    JSON_SCHEMA = "json_schema"
+    TEXT = "text"  # plain-text scenarios (no JSON at all)
+
+
+class Split(StrEnum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+@dataclass(frozen=True)
+class Example:
+    """What a generator returns for one seed."""
+
+    messages: list[dict[str, str]]
+    answer: Any  # the ground truth: a JSON value, or the reference text for text scenarios
+    schema: dict[str, Any] | None = None  # per-request schema (overrides the file's, e.g. tool calls)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request of a scenario, ready to send: messages, schema and ground truth."""
+
+    scenario: str
+    seed: int
+    messages: list[dict[str, str]]
+    schema: dict[str, Any] | None
+    answer: Any
+    is_json: bool
+
+    @property
+    def request_id(self) -> str:
+        return f"{self.scenario}-{self.seed}"
+
+    def answer_text(self) -> str:
+        """The reference completion: compact JSON in schema key order, or the plain text."""
+        if not self.is_json:
+            return str(self.answer)
+        return json.dumps(self.answer, ensure_ascii=False, separators=(",", ":"))
+
+    def response_format(self, mode: Mode | str) -> dict[str, Any] | None:
+        """The OpenAI ``response_format`` field for ``mode`` (None: leave the field out)."""
+        mode = Mode(mode)
+        if mode is Mode.JSON_OBJECT:
+            return {"type": "json_object"}
+        if mode is Mode.JSON_SCHEMA:
+            return {
+                "type": "json_schema",
+                "json_schema": {"name": self.scenario, "schema": self.schema, "strict": True},
+            }
+        return None
+
+
+GeneratorFn = Callable[[random.Random, "Scenario"], Example]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    output: str  # "json" or "text"
+    modes: tuple[Mode, ...]
+    splits: dict[Split, tuple[int, int]]  # half-open seed ranges
+    generator: GeneratorFn
+    source: Path
+    schema: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # free data for the generator (tool lists...)
+
+    @property
+    def is_json(self) -> bool:
+        return self.output == "json"
+
+    def sample(self, seed: int) -> Sample:
+        """The request for an absolute ``seed``: the same seed always gives the same request."""
+        example = self.generator(random.Random(f"{self.name}:{seed}"), self)
+        return Sample(
+            scenario=self.name,
+            seed=seed,
+            messages=example.messages,
+            schema=example.schema if example.schema is not None else self.schema,
+            answer=example.answer,
+            is_json=self.is_json,
+        )
+
+    def samples(self, split: Split | str, count: int, offset: int = 0) -> Iterator[Sample]:
+        """``count`` requests from ``split``, starting ``offset`` seeds into it."""
+        start, stop = self.splits[Split(split)]
+        if offset + count > stop - start:
+            raise ValueError(f"{self.name}: split {split} holds {stop - start} seeds, asked for {offset + count}")
+        for seed in range(start + offset, start + offset + count):
+            yield self.sample(seed)
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in DEFS_DIR.glob("*.yaml"))
+
+
+def load_all() -> list[Scenario]:
+    return [load_scenario(name) for name in builtin_names()]
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """Load a built-in scenario by name, or any scenario file by path; raises ScenarioError."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = DEFS_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise ScenarioError(
+                name_or_path, "name", "no such scenario", f"use one of {', '.join(builtin_names())} or a .yaml path"
+            )
+    if not path.exists():
+        raise ScenarioError(path, "path", "file not found", "check the path")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ScenarioError(path, "(file)", f"not valid YAML ({exc})", "fix the YAML syntax") from None
+    if not isinstance(raw, dict):
+        raise ScenarioError(path, "(file)", "top level is not a mapping", "write 'name: ...', 'generator: ...' keys")
+    return _parse(path, raw)
+
+
+_REQUIRED = ("name", "description", "generator", "output", "modes", "splits")
+_KNOWN = set(_REQUIRED) | {"schema", "params"}
+
+
+def _parse(path: Path, raw: dict[str, Any]) -> Scenario:
+    for key in _REQUIRED:
+        if key not in raw:
+            raise ScenarioError(path, key, "missing", f"add '{key}:' (required keys: {', '.join(_REQUIRED)})")
+    unknown = set(raw) - _KNOWN
+    if unknown:
+        raise ScenarioError(path, sorted(unknown)[0], "unknown key", f"remove it; known keys: {', '.join(sorted(_KNOWN))}")
+    output = raw["output"]
+    if output not in ("json", "text"):
+        raise ScenarioError(path, "output", f"unknown output {output!r}", "use 'json' or 'text'")
+    modes = _parse_modes(path, raw["modes"], output)
+    splits = _parse_splits(path, raw["splits"])
+    schema = raw.get("schema")
+    if schema is not None:
+        check_schema(schema, path, "schema")
+    if output == "json" and schema is None and Mode.JSON_SCHEMA in modes and not raw.get("params"):
+        raise ScenarioError(path, "schema", "json_schema mode needs a schema", "add 'schema:' or drop json_schema")
+    scenario = Scenario(
+        name=str(raw["name"]),
+        description=str(raw["description"]),
+        output=output,
+        modes=modes,
+        splits=splits,
+        generator=_resolve_generator(path, raw["generator"]),
+        source=path,
+        schema=schema,
+        params=raw.get("params") or {},
+    )
+    _smoke_test(scenario)
+    return scenario
+
+
+def _parse_modes(path: Path, modes: Any, output: str) -> tuple[Mode, ...]:
+    allowed = [Mode.TEXT] if output == "text" else [Mode.PROMPT, Mode.JSON_OBJECT, Mode.JSON_SCHEMA]
+    if not isinstance(modes, list) or not modes:
+        raise ScenarioError(path, "modes", "not a non-empty list", f"list some of {', '.join(allowed)}")
+    for mode in modes:
+        if mode not in allowed:
+            raise ScenarioError(path, "modes", f"unknown mode {mode!r} for output {output}", f"use {', '.join(allowed)}")
+    return tuple(Mode(m) for m in modes)
+
+
+def _parse_splits(path: Path, splits: Any) -> dict[Split, tuple[int, int]]:
+    fix = "write 'splits: {train: [0, 1000000], eval: [1000000, 1100000]}' (half-open, disjoint)"
+    if not isinstance(splits, dict) or set(splits) != {"train", "eval"}:
+        raise ScenarioError(path, "splits", "needs exactly 'train' and 'eval'", fix)
+    parsed: dict[Split, tuple[int, int]] = {}
+    for key, bounds in splits.items():
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int) for b in bounds)):
+            raise ScenarioError(path, f"splits.{key}", "not a [start, stop] pair of integers", fix)
+        if bounds[0] >= bounds[1]:
+            raise ScenarioError(path, f"splits.{key}", "empty range", fix)
+        parsed[Split(key)] = (bounds[0], bounds[1])
+    (a0, a1), (b0, b1) = parsed[Split.TRAIN], parsed[Split.EVAL]
+    if a0 < b1 and b0 < a1:
+        raise ScenarioError(path, "splits", "train and eval seed ranges overlap", fix)
+    return parsed
+
+
+def _resolve_generator(path: Path, ref: Any) -> GeneratorFn:
+    fix = "write 'generator: package.module:function'"
+    if not isinstance(ref, str) or ":" not in ref:
+        raise ScenarioError(path, "generator", f"{ref!r} is not 'module:function'", fix)
+    module_name, func_name = ref.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ScenarioError(path, "generator", f"cannot import {module_name} ({exc})", fix) from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ScenarioError(path, "generator", f"{module_name} has no function {func_name}", fix)
+    return func
+
+
+def check_schema(schema: Any, source: str | Path, field_name: str) -> None:
+    """Raise ScenarioError unless ``schema`` is a valid JSON Schema (draft 2020-12)."""
+    from jsonschema import Draft202012Validator, SchemaError
+
+    if not isinstance(schema, dict):
+        raise ScenarioError(source, field_name, "schema is not a mapping", "give a JSON Schema object")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise ScenarioError(
+            source, field_name, f"invalid JSON Schema at {where}: {exc.message}", "correct the schema"
+        ) from None
+
+
+def _smoke_test(scenario: Scenario) -> None:
+    """Run the generator once per split so generator bugs surface at load time, not mid-benchmark."""
+    from jsonschema import Draft202012Validator, FormatChecker
+
+    for split, (start, _) in scenario.splits.items():
+        try:
+            sample = scenario.sample(start)
+        except Exception as exc:  # noqa: BLE001 - any generator failure is a scenario error
+            raise ScenarioError(
+                scenario.source, "generator", f"raised {type(exc).__name__}: {exc} (seed {start}, {split})", "fix the generator"
+            ) from None
+        if scenario.is_json and sample.schema is not None:
+            if sample.schema is not scenario.schema:
+                check_schema(sample.schema, scenario.source, "generator (per-request schema)")
+            errors = list(Draft202012Validator(sample.schema, format_checker=FormatChecker()).iter_errors(sample.answer))
+            if errors:
+                raise ScenarioError(
+                    scenario.source,
+                    "generator",
+                    f"ground truth for seed {start} violates the schema: {errors[0].message}",
+                    "make the generator's answer match the schema",
+                )
