@@ -1,0 +1,3 @@
+from loadtests.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""``python -m loadtests bench``: deploy the arms, sweep concurrency, validate, report.
+
+Exit status: 0 done; 1 the run stopped early (partial results kept, marked incomplete);
+2 bad configuration or input (nothing was started).
+"""
+
+from __future__ import annotations
+
+import locust  # noqa: F401  - first, so gevent patches sockets before anything opens one
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from loadtests.config import ConfigError, load_config
+from loadtests.deploy import DeployError
+from loadtests.sweep import RunAborted, run_sweep
+from reports import load_results, render_html
+from reports.tables import format_summary, summary_frame
+
+
+def _urls(pairs: list[str] | None) -> dict[str, str] | None:
+    if not pairs:
+        return None
+    urls = {}
+    for pair in pairs:
+        arm, sep, url = pair.partition("=")
+        if not sep or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"--url {pair!r}: write ARM=http://host:port")
+        urls[arm] = url
+    return urls
+
+
+def _int_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--levels {text!r}: write comma-separated integers, e.g. 1,2,4,8") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loadtests", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench = sub.add_parser("bench", help="deploy arms and run the paired concurrency sweep",
+                           description="Settings come from --config (YAML), then these flags. Defaults: the "
+                           "embedded model, order_extraction, arms baseline / baseline-constrained / dspark, "
+                           "levels 1..64, 200 requests per level.")
+    bench.add_argument("--config", help="run configuration YAML (see loadtests/configs/)")
+    bench.add_argument("--model", help="local model directory for local arms (default models/tiny-json)")
+    bench.add_argument("--scenario", dest="scenarios", help="comma-separated scenario names or YAML paths")
+    bench.add_argument("--mode", help="prompt | json_object | json_schema, for arms that do not force one")
+    bench.add_argument("--arms", help="comma-separated arms (baseline, baseline-constrained, dspark, or custom)")
+    bench.add_argument("--levels", help="comma-separated concurrency levels, e.g. 1,2,4,8,16,32,64")
+    bench.add_argument("--requests", dest="requests_per_level", type=int, help="measured requests per level (article: 200)")
+    bench.add_argument("--warmup", dest="warmup_requests", type=int, help="warm-up requests per level, excluded")
+    bench.add_argument("--repeats", type=int, help="run each level this many times per arm")
+    bench.add_argument("--max-tokens", type=int)
+    bench.add_argument("--temperature", type=float)
+    bench.add_argument("--request-timeout", dest="request_timeout_s", type=float, help="seconds per request")
+    bench.add_argument("--startup-timeout", dest="startup_timeout_s", type=float, help="seconds for a server to be ready")
+    bench.add_argument("--level-timeout", dest="level_timeout_s", type=float, help="seconds per level and arm")
+    bench.add_argument("--url", action="append", metavar="ARM=URL", help="use a running server for ARM (repeatable)")
+    bench.add_argument("--api-key-env", help="environment variable holding the API key for --url servers")
+    bench.add_argument("--out", dest="output_dir", help="parent folder of run folders (default runs/)")
+    bench.add_argument("--name", dest="run_name", help="run folder name (default: a timestamp)")
+    report = sub.add_parser("report", help="re-render the HTML page and summary of a saved run")
+    report.add_argument("run_dir")
+    return parser
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    overrides = {k: getattr(args, k) for k in ("model", "scenarios", "mode", "arms", "requests_per_level",
+                                                "warmup_requests", "repeats", "max_tokens", "temperature",
+                                                "request_timeout_s", "startup_timeout_s", "level_timeout_s",
+                                                "api_key_env", "output_dir", "run_name")}
+    overrides["levels"] = _int_list(args.levels)
+    overrides["urls"] = _urls(args.url)
+    config = load_config(args.config, **overrides)
+    run_dir = Path(config.output_dir) / (config.run_name or datetime.now().strftime("%Y%m%d-%H%M%S"))
+    if (run_dir / "requests.jsonl").exists():
+        raise ConfigError(f"run folder {run_dir} already holds a run; choose another --name")
+    print(f"run folder: {run_dir}", flush=True)
+    status = 0
+    try:
+        run_sweep(config, run_dir)
+    except (RunAborted, DeployError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print(f"partial results kept in {run_dir} (marked incomplete)", file=sys.stderr)
+        status = 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; partial results kept in {run_dir} (marked incomplete)", file=sys.stderr)
+        status = 130
+    _report(run_dir)
+    return status
+
+
+def _report(run_dir: Path) -> None:
+    if not (run_dir / "results.json").exists():
+        return
+    results = load_results(run_dir)
+    print("\n" + format_summary(summary_frame(results)))
+    page = render_html(results, run_dir / "report.html")
+    print(f"\nreport: {page}\nrecords: {run_dir / 'requests.jsonl'}  responses: {run_dir / 'responses'}/<arm>/*.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "bench":
+            return cmd_bench(args)
+        run_dir = Path(args.run_dir)
+        if not (run_dir / "results.json").exists():
+            raise ConfigError(f"{run_dir} has no results.json; give a run folder made by 'bench'")
+        _report(run_dir)
+        return 0
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,51 @@
+"""Scrape a vLLM server's Prometheus ``/metrics`` around each level and report counter deltas."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+# Counters worth reporting beside client-side numbers (vLLM v1 names; the DSpark patch adds its own).
+TRACKED = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+    "vllm:generation_tokens",
+    "vllm:prompt_tokens",
+    "dspark:drafted_tokens",
+    "dspark:accepted_tokens",
+    "dspark:grammar_forced_tokens",
+)
+
+
+def scrape(base_url: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> dict[str, float] | None:
+    """Tracked counters summed over their label sets; None if the endpoint has no /metrics."""
+    try:
+        response = httpx.get(f"{base_url}/metrics", headers=headers or {}, timeout=timeout)
+        response.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.text):
+        if family.name not in TRACKED:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                totals[family.name] = totals.get(family.name, 0.0) + sample.value
+    return totals
+
+
+def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float]:
+    if before is None or after is None:
+        return {}
+    out = {name: after[name] - before.get(name, 0.0) for name in after}
+    drafts, accepted = out.get("vllm:spec_decode_num_drafts"), out.get("vllm:spec_decode_num_accepted_tokens")
+    if drafts:
+        # Mean acceptance length as vLLM defines it: 1 (the verified token) + accepted drafts per step.
+        out["mean_acceptance_length"] = 1.0 + (accepted or 0.0) / drafts
+    queries, hits = out.get("vllm:prefix_cache_queries"), out.get("vllm:prefix_cache_hits")
+    if queries:
+        out["prefix_cache_hit_rate"] = (hits or 0.0) / queries
+    return out

@@ -1,0 +1,81 @@
+"""A self-contained HTML page for one run: inline CSS, plots embedded as PNG data, output escaped."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from reports.tables import levels_frame, summary_frame  # noqa: E402
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#222;max-width:1200px}
+table{border-collapse:collapse;font-size:.85rem;margin:1rem 0}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}
+th{background:#f3f3f3}code,pre{background:#f6f6f6;padding:.1rem .3rem;font-size:.8rem;white-space:pre-wrap;word-break:break-all}
+.bad{color:#b00020}.ok{color:#1b5e20}
+"""
+
+
+def _plot(summary, value: str, ylabel: str, log_y: bool = False) -> str:
+    fig, axes = plt.subplots(1, max(1, summary["scenario"].nunique()), figsize=(7, 3.5), squeeze=False)
+    for ax, (scenario, part) in zip(axes[0], summary.groupby("scenario"), strict=False):
+        for arm, rows in part.groupby("arm"):
+            ax.plot(rows["level"], rows[value], marker="o", label=arm)
+        ax.set_xscale("log", base=2)
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(ylabel)
+        ax.set_title(scenario)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return f'<img alt="{html.escape(ylabel)}" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
+
+
+def render_html(results: dict[str, Any], out_path: Path) -> Path:
+    summary = summary_frame(results)
+    esc = html.escape
+    status = '<span class="ok">complete</span>' if results.get("complete") else \
+        f'<span class="bad">INCOMPLETE: {esc(str(results.get("error")))}</span>'
+    config = results.get("config", {})
+    machine = results.get("machine", {})
+    arms = "".join(
+        f"<li><b>{esc(name)}</b> ({esc(info.get('mode', ''))}): {esc(info.get('description', ''))}<br>"
+        f"<code>{esc(' '.join(info.get('argv') or [info.get('base_url', '')]))}</code></li>"
+        for name, info in results.get("arms", {}).items()
+    )
+    skipped = "".join(f"<li>{esc(k)}: {esc(v)}</li>" for k, v in results.get("skipped_arms", {}).items())
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>JSON benchmark {esc(results.get('started', ''))}</title>",
+        f"<style>{STYLE}</style></head><body><h1>JSON serving benchmark</h1><p>Status: {status}</p>",
+        f"<p>Model <code>{esc(str(config.get('model')))}</code>; scenarios {esc(', '.join(config.get('scenarios', [])))}; "
+        f"{config.get('requests_per_level')} requests per level (+{config.get('warmup_requests')} warm-up), "
+        f"max_tokens {config.get('max_tokens')}, temperature {config.get('temperature')}; started {esc(results.get('started', ''))}.</p>",
+        f"<p>Machine: {esc(str(machine.get('cpu')))} ({machine.get('cores')} cores), GPU {esc(str(machine.get('gpu')))}; "
+        f"git {esc(str(machine.get('git_commit')))}; versions {esc(str(machine.get('versions')))}</p>",
+        f"<h2>Arms</h2><ul>{arms}</ul>",
+        f"<h3>Skipped</h3><ul>{skipped}</ul>" if skipped else "",
+    ]
+    if not summary.empty:
+        parts += [
+            "<h2>Summary (median over repeats)</h2>",
+            summary.to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-"),
+            _plot(summary, "eff tok/s", "effective JSON tokens/s"),
+            _plot(summary, "P95 ms", "P95 latency (ms)", log_y=True),
+        ]
+        detail = levels_frame(results)
+        parts += ["<h2>Every level</h2>", detail.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")]
+    parts.append("</body></html>")
+    out_path.write_text("\n".join(parts), encoding="utf-8")
+    return out_path

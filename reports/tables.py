@@ -1,0 +1,65 @@
+"""A run's results.json as pandas tables: one row per (arm, scenario, level, repeat), and a summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+REFERENCE_ARM = "baseline"
+SUMMARY_COLUMNS = {
+    "effective_tok_s": "eff tok/s",
+    "raw_tok_s": "raw tok/s",
+    "requests_per_s": "req/s",
+    "latency_p50_ms": "P50 ms",
+    "latency_p95_ms": "P95 ms",
+    "ttft_p50_ms": "TTFT P50 ms",
+    "tpot_median_ms": "TPOT ms",
+    "invalid_json_rate": "invalid JSON",
+    "rate_truncated": "truncated",
+    "wall_s": "wall s",
+}
+
+
+def load_results(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir)
+    path = path / "results.json" if path.is_dir() else path
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def levels_frame(results: dict[str, Any]) -> pd.DataFrame:
+    rows = []
+    for level in results.get("levels", []):
+        row = {k: level[k] for k in ("arm", "scenario", "mode", "level", "repeat")}
+        row.update(level["metrics"])
+        row.update({f"server:{k}": v for k, v in (level.get("server") or {}).items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
+    """Median over repeats per (scenario, level, arm), with each arm's effective-throughput ratio to baseline."""
+    df = levels_frame(results)
+    if df.empty:
+        return df
+    metrics = [c for c in SUMMARY_COLUMNS if c in df]
+    grouped = df.groupby(["scenario", "level", "arm"], sort=True)[metrics].median().reset_index()
+    reference = grouped[grouped["arm"] == REFERENCE_ARM].set_index(["scenario", "level"])["effective_tok_s"]
+    keys = list(zip(grouped["scenario"], grouped["level"], strict=True))
+    grouped["x baseline"] = [
+        (value / reference[key]) if key in reference.index and reference[key] else float("nan")
+        for value, key in zip(grouped["effective_tok_s"], keys, strict=True)
+    ]
+    return grouped.rename(columns=SUMMARY_COLUMNS)
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    if summary.empty:
+        return "(no completed levels)"
+    shown = summary.copy()
+    for column in ("invalid JSON", "truncated"):
+        if column in shown:
+            shown[column] = shown[column].map(lambda v: f"{v:.2%}")
+    return shown.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")
