@@ -6,12 +6,12 @@ Exit status: 0 done; 1 the run stopped early (partial results kept, marked incom
 
 from __future__ import annotations
 
-import locust  # noqa: F401  - first, so gevent patches sockets before anything opens one
-
 import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
+
+import locust  # noqa: F401  - first, so gevent patches sockets before anything opens one
 
 from loadtests.config import ConfigError, load_config
 from loadtests.deploy import DeployError
@@ -42,13 +42,17 @@ def _int_list(text: str | None) -> list[int] | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m loadtests", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    bench = sub.add_parser("bench", help="deploy arms and run the paired concurrency sweep",
-                           description="Settings come from --config (YAML), then these flags. Defaults: the "
-                           "embedded model, order_extraction, arms baseline / baseline-constrained / dspark, "
-                           "levels 1..64, 200 requests per level.")
+    bench = sub.add_parser(
+        "bench",
+        help="deploy arms and run the paired concurrency sweep",
+        description="Settings come from --config (YAML), then these flags. Defaults: the "
+        "embedded model, order_extraction, arms baseline / baseline-constrained / dspark, "
+        "levels 1..64, 200 requests per level.",
+    )
     bench.add_argument("--config", help="run configuration YAML (see loadtests/configs/)")
     bench.add_argument("--model", help="local model directory for local arms (default models/tiny-json)")
     bench.add_argument("--scenario", dest="scenarios", help="comma-separated scenario names or YAML paths")
@@ -73,10 +77,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    overrides = {k: getattr(args, k) for k in ("model", "scenarios", "mode", "arms", "requests_per_level",
-                                                "warmup_requests", "repeats", "max_tokens", "temperature",
-                                                "request_timeout_s", "startup_timeout_s", "level_timeout_s",
-                                                "api_key_env", "output_dir", "run_name")}
+    overrides = {
+        k: getattr(args, k)
+        for k in (
+            "model",
+            "scenarios",
+            "mode",
+            "arms",
+            "requests_per_level",
+            "warmup_requests",
+            "repeats",
+            "max_tokens",
+            "temperature",
+            "request_timeout_s",
+            "startup_timeout_s",
+            "level_timeout_s",
+            "api_key_env",
+            "output_dir",
+            "run_name",
+        )
+    }
     overrides["levels"] = _int_list(args.levels)
     overrides["urls"] = _urls(args.url)
     config = load_config(args.config, **overrides)

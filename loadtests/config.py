@@ -28,7 +28,7 @@ class Arm:
     name: str
     description: str
     server_args: tuple[str, ...] = ()
-    launcher: str = "vllm"  # "vllm" (stock OpenAI server) or "dspark" (the engine patch's launcher)
+    launcher: str = "vllm"  # "vllm" (stock OpenAI server), "dspark" (the engine patch), or a command line
     mode: Mode | None = None  # forces a mode (baseline: prompt only); None = the run's mode
 
 
@@ -96,7 +96,9 @@ def _parse_arm(raw: Any) -> Arm:
         _fail("custom_arms", f"{raw!r} is not a mapping with a name", "write '- {name: x, server_args: [...], mode: prompt}'")
     unknown = set(raw) - {"name", "description", "server_args", "launcher", "mode"}
     if unknown:
-        _fail(f"custom_arms.{raw['name']}", f"unknown keys {sorted(unknown)}", "use name, description, server_args, launcher, mode")
+        _fail(
+            f"custom_arms.{raw['name']}", f"unknown keys {sorted(unknown)}", "use name, description, server_args, launcher, mode"
+        )
     mode = raw.get("mode")
     if mode is not None and mode not in {m.value for m in Mode}:
         _fail(f"custom_arms.{raw['name']}.mode", f"unknown mode {mode!r}", "use prompt, json_object or json_schema")

@@ -122,18 +122,34 @@ class LocalDeployer:
     def launch(self, spec: ServerSpec) -> Endpoint:
         """Start the server process without waiting for it to be ready."""
         port = free_port()
-        argv = [*spec.launcher, "--model", spec.model_path, "--served-model-name", spec.served_name,
-                "--host", self.host, "--port", str(port), *spec.args]
+        argv = [
+            *spec.launcher,
+            "--model",
+            spec.model_path,
+            "--served-model-name",
+            spec.served_name,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            *spec.args,
+        ]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{spec.arm}.log"
         log = log_path.open("w", encoding="utf-8")
         log.write(f"$ {shlex.join(argv)}\n# env: {spec.env}\n")
         log.flush()
         process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **spec.env}, preexec_fn=_die_with_parent,
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **spec.env},
+            preexec_fn=_die_with_parent,
         )
-        endpoint = Endpoint(spec.arm, f"http://{self.host}:{port}", spec.served_name, argv, dict(spec.env), log_path, process=process)
+        endpoint = Endpoint(
+            spec.arm, f"http://{self.host}:{port}", spec.served_name, argv, dict(spec.env), log_path, process=process
+        )
         with self._lock:
             self.endpoints.append(endpoint)
         return endpoint
@@ -212,7 +228,9 @@ class ExternalDeployer:
             response.raise_for_status()
             served = [m["id"] for m in response.json().get("data", [])]
         except (httpx.HTTPError, ValueError, KeyError) as exc:
-            raise DeployError(f"arm '{spec.arm}': {base} is unreachable ({exc}); check the URL and that the server runs") from None
+            raise DeployError(
+                f"arm '{spec.arm}': {base} is unreachable ({exc}); check the URL and that the server runs"
+            ) from None
         if self.model is None and served:
             endpoint.model = served[0]
         return endpoint

@@ -117,19 +117,37 @@ class ChatCompletionsUser(User):
         text = result.text if result else ""
         finish = result.finish_reason if result else None
         check = validate(
-            text, is_json=sample.is_json, schema=sample.schema if plan.mode is not Mode.TEXT else None, truth=sample.answer,
-            status=status, finish_reason=finish, error=error, timed_out=timed_out,
+            text,
+            is_json=sample.is_json,
+            schema=sample.schema if plan.mode is not Mode.TEXT else None,
+            truth=sample.answer,
+            status=status,
+            finish_reason=finish,
+            error=error,
+            timed_out=timed_out,
         )
         record = RequestRecord(
-            arm=plan.arm, level=level, scenario=sample.scenario, mode=plan.mode.value,
+            arm=plan.arm,
+            level=level,
+            scenario=sample.scenario,
+            mode=plan.mode.value,
             request_id=f"{sample.scenario}.{plan.mode.value}.c{level}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}",
-            seed=sample.seed, repeat=plan.repeat, warmup=warmup, t_send=t_send,
+            seed=sample.seed,
+            repeat=plan.repeat,
+            warmup=warmup,
+            t_send=t_send,
             t_first_token=result.t_first_token if result else None,
             t_last_byte=result.t_last_byte if result else (time.time() if error else None),
             prompt_tokens=result.prompt_tokens if result else None,
             output_tokens=result.output_tokens if result else None,
-            finish_reason=finish, status=status, error=error, output=text, verdict=check.verdict.value,
-            detail=check.detail, field_accuracy=check.field_accuracy, exact_match=check.exact_match,
+            finish_reason=finish,
+            status=status,
+            error=error,
+            output=text,
+            verdict=check.verdict.value,
+            detail=check.detail,
+            field_accuracy=check.field_accuracy,
+            exact_match=check.exact_match,
         )
         plan.complete(record)
         self.environment.events.request.fire(
@@ -166,8 +184,13 @@ def _plan_from_cli(environment, **_kwargs) -> None:
     model = options.served_model or httpx.get(f"{environment.host}/v1/models", timeout=10).json()["data"][0]["id"]
     start, stop = scenario.splits[Split.EVAL]
     environment.plan = LevelPlan(
-        arm=options.arm, level=0, mode=Mode(options.mode) if scenario.is_json else Mode.TEXT, model=model,
+        arm=options.arm,
+        level=0,
+        mode=Mode(options.mode) if scenario.is_json else Mode.TEXT,
+        model=model,
         samples=list(itertools.islice(scenario.samples(Split.EVAL, min(1000, stop - start)), 1000)),
-        sink=RecordSink(Path(options.run_dir)), count=None, max_tokens=options.max_tokens,
+        sink=RecordSink(Path(options.run_dir)),
+        count=None,
+        max_tokens=options.max_tokens,
         timeout_s=options.request_timeout,
     )

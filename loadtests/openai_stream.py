@@ -61,7 +61,9 @@ def consume_sse(lines: Iterable[str | bytes], now: Callable[[], float]) -> Strea
             result.error = f"unparseable stream event: {data[:200]}"
             break
         if "error" in event:
-            result.error = str(event["error"].get("message", event["error"]) if isinstance(event["error"], dict) else event["error"])
+            result.error = str(
+                event["error"].get("message", event["error"]) if isinstance(event["error"], dict) else event["error"]
+            )
             break
         for choice in event.get("choices") or []:
             content = (choice.get("delta") or {}).get("content")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -72,10 +73,15 @@ class RunState:
             "config": config,
             "machine": machine_facts(),
             "arms": {
-                name: {"base_url": ep.base_url, "model": ep.model, "argv": ep.argv, "env": ep.env,
-                       "log": str(ep.log_path) if ep.log_path else None,
-                       "mode": self.config.arm_mode(self.config.arm(name)).value,
-                       "description": self.config.arm(name).description}
+                name: {
+                    "base_url": ep.base_url,
+                    "model": ep.model,
+                    "argv": ep.argv,
+                    "env": ep.env,
+                    "log": str(ep.log_path) if ep.log_path else None,
+                    "mode": self.config.arm_mode(self.config.arm(name)).value,
+                    "description": self.config.arm(name).description,
+                }
                 for name, ep in self.endpoints.items()
             },
             "skipped_arms": self.skipped_arms,
@@ -97,8 +103,12 @@ def machine_facts() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         gpu = None
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                                cwd=Path(__file__).parent).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None
     versions = {}
@@ -111,8 +121,15 @@ def machine_facts() -> dict[str, Any]:
             continue
     import os
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "python": sys.version.split()[0], "platform": platform.platform(),
-            "git_commit": commit, "versions": versions}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "gpu": gpu,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "git_commit": commit,
+        "versions": versions,
+    }
 
 
 def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
@@ -120,19 +137,36 @@ def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
     specs = []
     for name in arms:
         arm = config.arm(name)
-        launcher = python_launcher() if arm.launcher == "vllm" else [sys.executable, "-m", "engine_patch.serve"]
-        specs.append(ServerSpec(name, config.model, config.served_model_name or Path(config.model).name, launcher,
-                                [*config.server_args, *arm.server_args], env))
+        if arm.launcher == "vllm":
+            launcher = python_launcher()
+        elif arm.launcher == "dspark":
+            launcher = [sys.executable, "-m", "engine_patch.serve"]
+        else:  # a custom arm's own server command
+            launcher = shlex.split(arm.launcher)
+        specs.append(
+            ServerSpec(
+                name,
+                config.model,
+                config.served_model_name or Path(config.model).name,
+                launcher,
+                [*config.server_args, *arm.server_args],
+                env,
+            )
+        )
     return specs
 
 
 def _progress(plan: LevelPlan, started: float) -> str:
-    records = [r for r in plan.sink.records[-plan.completed:] if r.arm == plan.arm and r.level == plan.level] if plan.completed else []
+    records = (
+        [r for r in plan.sink.records[-plan.completed :] if r.arm == plan.arm and r.level == plan.level] if plan.completed else []
+    )
     tokens = sum(r.output_tokens or 0 for r in records if not r.warmup)
     invalid = sum(1 for r in records if r.verdict != "valid")
     total = plan.warmup + (plan.count or 0)
-    return (f"  {plan.arm:<22} c={plan.level:<3} {plan.completed:>4}/{total} requests  "
-            f"{tokens / max(1e-9, time.time() - started):8.1f} tok/s  {invalid} not valid")
+    return (
+        f"  {plan.arm:<22} c={plan.level:<3} {plan.completed:>4}/{total} requests  "
+        f"{tokens / max(1e-9, time.time() - started):8.1f} tok/s  {invalid} not valid"
+    )
 
 
 def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_every_s: float = 5.0) -> None:
@@ -144,19 +178,25 @@ def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_ev
     runner.start(plan.level, spawn_rate=plan.level)
     last_print = started
     try:
-        while not plan.finished():
+        while True:
             gevent.sleep(0.2)
             if not endpoint.alive():
                 plan.aborted = "server died"
-                raise RunAborted(f"arm '{plan.arm}': server died during level c={plan.level}; log {endpoint.log_path}:\n"
-                                 f"{log_tail(endpoint.log_path)}")
+                raise RunAborted(
+                    f"arm '{plan.arm}': server died during level c={plan.level}; log {endpoint.log_path}:\n"
+                    f"{log_tail(endpoint.log_path)}"
+                )
             if time.time() - started > timeout_s:
                 plan.aborted = "level timeout"
-                raise RunAborted(f"arm '{plan.arm}': level c={plan.level} did not finish within {timeout_s:.0f}s "
-                                 "(raise level_timeout_s, or lower requests_per_level)")
+                raise RunAborted(
+                    f"arm '{plan.arm}': level c={plan.level} did not finish within {timeout_s:.0f}s "
+                    "(raise level_timeout_s, or lower requests_per_level)"
+                )
             if runner.user_count == 0 and plan.completed < plan.warmup + (plan.count or 0) and time.time() - started > 5:
                 # every user stopped without finishing: they could not even take tickets
                 raise RunAborted(f"arm '{plan.arm}': all users stopped at c={plan.level}")
+            if plan.finished():
+                break
             if time.time() - last_print >= progress_every_s:
                 print(_progress(plan, started), flush=True)
                 last_print = time.time()
@@ -178,8 +218,11 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunState:
         arms.remove("dspark")
     if not arms:
         raise DeployError("no arm left to run")
-    deployer = ExternalDeployer(config.urls, config.api_key_env, config.served_model_name) if config.urls else \
-        LocalDeployer(run_dir / "logs", config.startup_timeout_s)
+    deployer = (
+        ExternalDeployer(config.urls, config.api_key_env, config.served_model_name)
+        if config.urls
+        else LocalDeployer(run_dir / "logs", config.startup_timeout_s)
+    )
     try:
         print(f"starting {len(arms)} arm(s): {', '.join(arms)} ...", flush=True)
         for endpoint in deployer.start_many(server_specs(config, arms)):
@@ -197,20 +240,37 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunState:
                     for arm_name in order:
                         endpoint = state.endpoints[arm_name]
                         mode = config.arm_mode(config.arm(arm_name)) if scenario.is_json else Mode.TEXT
-                        plan = LevelPlan(arm_name, level, mode, endpoint.model, samples, sink, config.requests_per_level,
-                                         warmup=config.warmup_requests, repeat=repeat, max_tokens=config.max_tokens,
-                                         temperature=config.temperature, timeout_s=config.request_timeout_s,
-                                         headers=endpoint.headers())
+                        plan = LevelPlan(
+                            arm_name,
+                            level,
+                            mode,
+                            endpoint.model,
+                            samples,
+                            sink,
+                            config.requests_per_level,
+                            warmup=config.warmup_requests,
+                            repeat=repeat,
+                            max_tokens=config.max_tokens,
+                            temperature=config.temperature,
+                            timeout_s=config.request_timeout_s,
+                            headers=endpoint.headers(),
+                        )
                         before = scrape(endpoint.base_url, endpoint.headers())
                         start_index = len(sink.records)
                         try:
                             run_level(endpoint, plan, config.level_timeout_s)
                         finally:
                             records = sink.records[start_index:]
-                            result = LevelResult(arm_name, scenario.name, mode.value, level, repeat,
-                                                 level_metrics(records).as_dict(),
-                                                 delta(before, scrape(endpoint.base_url, endpoint.headers())))
-                            result.metrics["incomplete"] = not plan.finished()
+                            result = LevelResult(
+                                arm_name,
+                                scenario.name,
+                                mode.value,
+                                level,
+                                repeat,
+                                level_metrics(records).as_dict(),
+                                delta(before, scrape(endpoint.base_url, endpoint.headers())),
+                            )
+                            result.metrics["incomplete"] = plan.aborted is not None or not plan.finished()
                             state.levels.append(result)
                             state.write()
         state.complete = True

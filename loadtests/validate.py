@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.validators import validator_for
 
 
 class Verdict(StrEnum):
@@ -41,8 +42,11 @@ class Validation:
 
 
 @lru_cache(maxsize=256)
-def _validator(schema_json: str) -> Draft202012Validator:
-    return Draft202012Validator(json.loads(schema_json), format_checker=FormatChecker())
+def _validator(schema_json: str):
+    """A compiled validator per schema (cached: a run reuses a handful of schemas thousands of times).
+    The schema's own ``$schema`` picks the draft; 2020-12 otherwise."""
+    schema = json.loads(schema_json)
+    return validator_for(schema, default=Draft202012Validator)(schema, format_checker=FormatChecker())
 
 
 def leaves(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -187,8 +187,8 @@ def cmd_check(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from scenarios import Split, load_all
     from models.tokenizer import load_tokenizer
+    from scenarios import Split, load_all
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = load_tokenizer(Path(args.model_dir))
@@ -199,7 +199,9 @@ def cmd_check(args: argparse.Namespace) -> None:
         prompts = [tok.apply_chat_template(s.messages, tokenize=False, add_generation_prompt=True) for s in samples]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=400, do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+            out = model.generate(
+                **enc, max_new_tokens=400, do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+            )
         texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         parsed = exact = 0
         for sample, text in zip(samples, texts, strict=True):
@@ -213,7 +215,9 @@ def cmd_check(args: argparse.Namespace) -> None:
             else:
                 parsed += 1
                 exact += text.strip() == sample.answer_text()
-        print(f"{Path(args.model_dir).name} {scenario.name}: parse {parsed}/{len(samples)} exact {exact}/{len(samples)}", flush=True)
+        print(
+            f"{Path(args.model_dir).name} {scenario.name}: parse {parsed}/{len(samples)} exact {exact}/{len(samples)}", flush=True
+        )
         print(f"  e.g. {texts[0][:200]!r}", flush=True)
 
 
@@ -246,7 +250,9 @@ def _write_training_md(out: Path, args, n_params: int, log: list, wall: float, h
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m models.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m models.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("tokenizer", help="train the BPE tokenizer")
     p.add_argument("--samples", type=int, default=40_000)

@@ -46,8 +46,11 @@ def _plot(summary, value: str, ylabel: str, log_y: bool = False) -> str:
 def render_html(results: dict[str, Any], out_path: Path) -> Path:
     summary = summary_frame(results)
     esc = html.escape
-    status = '<span class="ok">complete</span>' if results.get("complete") else \
-        f'<span class="bad">INCOMPLETE: {esc(str(results.get("error")))}</span>'
+    status = (
+        '<span class="ok">complete</span>'
+        if results.get("complete")
+        else f'<span class="bad">INCOMPLETE: {esc(str(results.get("error")))}</span>'
+    )
     config = results.get("config", {})
     machine = results.get("machine", {})
     arms = "".join(

@@ -1,8 +1,8 @@
 """Benchmark scenarios: declarative files plus seeded generators giving messages, schema and ground truth.
 
-    >>> from scenarios import load_scenario
-    >>> sample = load_scenario("order_extraction").sample(1_000_000)
-    >>> sample.messages, sample.schema, sample.answer
+>>> from scenarios import load_scenario
+>>> sample = load_scenario("order_extraction").sample(1_000_000)
+>>> sample.messages, sample.schema, sample.answer
 """
 
 from scenarios.spec import (

@@ -243,9 +243,7 @@ def check_schema(schema: Any, source: str | Path, field_name: str) -> None:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise ScenarioError(
-            source, field_name, f"invalid JSON Schema at {where}: {exc.message}", "correct the schema"
-        ) from None
+        raise ScenarioError(source, field_name, f"invalid JSON Schema at {where}: {exc.message}", "correct the schema") from None
 
 
 def _smoke_test(scenario: Scenario) -> None:

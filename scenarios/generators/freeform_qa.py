@@ -48,9 +48,25 @@ ZH_CONCEPTS = {
     "互联网": "互联网是由全球计算机通过统一协议互相连接组成的网络，承载网页、邮件和视频通话。",
 }
 
-EN_QUESTIONS = ["What is {t}?", "Can you explain {t}?", "Tell me about {t}.", "Explain {t} in a few words.", "I keep hearing about {t}. What is it?"]
-LANG_QUESTIONS = ["Tell me about the {t} programming language.", "What is {t} known for?", "Who created {t}?", "Give me a short intro to {t}."]
-PLANET_QUESTIONS = ["Tell me about the planet {t}.", "What do you know about {t}?", "Describe {t} briefly.", "Where is {t} in the solar system?"]
+EN_QUESTIONS = [
+    "What is {t}?",
+    "Can you explain {t}?",
+    "Tell me about {t}.",
+    "Explain {t} in a few words.",
+    "I keep hearing about {t}. What is it?",
+]
+LANG_QUESTIONS = [
+    "Tell me about the {t} programming language.",
+    "What is {t} known for?",
+    "Who created {t}?",
+    "Give me a short intro to {t}.",
+]
+PLANET_QUESTIONS = [
+    "Tell me about the planet {t}.",
+    "What do you know about {t}?",
+    "Describe {t} briefly.",
+    "Where is {t} in the solar system?",
+]
 ZH_QUESTIONS = ["什么是{t}？", "请简单解释一下{t}。", "{t}是怎么回事？", "给我讲讲{t}。"]
 
 
@@ -58,7 +74,10 @@ def topics() -> dict[str, tuple[list[str], str]]:
     """Every topic with its question templates and reference answer."""
     table: dict[str, tuple[list[str], str]] = {}
     for name, creator, year, trait in LANGUAGES:
-        table[name] = (LANG_QUESTIONS, f"{name} is a programming language created by {creator} in {year}. It is known for {trait}.")
+        table[name] = (
+            LANG_QUESTIONS,
+            f"{name} is a programming language created by {creator} in {year}. It is known for {trait}.",
+        )
     for name, order, trait, moons in PLANETS:
         table[name] = (PLANET_QUESTIONS, f"{name} is the {order} planet from the Sun and {trait}. It has {moons}.")
     for name, answer in CONCEPTS.items():

@@ -18,13 +18,24 @@ EN_INSTRUCTION = (
 )
 
 ZH_NOISE = [
-    "请尽快发货，谢谢！", "备注：工作日送货。", "联系电话 138{d}。", "优惠码 SPRING{d} 已使用。",
-    "顾客要求开发票。", "包装请用纸箱。", "下单时间 2024-0{m}-1{m} 10:2{m}。", "如有问题请电话联系。",
+    "请尽快发货，谢谢！",
+    "备注：工作日送货。",
+    "联系电话 138{d}。",
+    "优惠码 SPRING{d} 已使用。",
+    "顾客要求开发票。",
+    "包装请用纸箱。",
+    "下单时间 2024-0{m}-1{m} 10:2{m}。",
+    "如有问题请电话联系。",
 ]
 EN_NOISE = [
-    "Please ship ASAP, thanks!", "Note: deliver on weekdays only.", "Phone: 555-01{d}.",
-    "Coupon SAVE{d} applied.", "Customer asked for a paper invoice.", "Gift wrap requested.",
-    "Placed on 2024-0{m}-1{m} at 10:2{m}.", "Leave the parcel at the front desk.",
+    "Please ship ASAP, thanks!",
+    "Note: deliver on weekdays only.",
+    "Phone: 555-01{d}.",
+    "Coupon SAVE{d} applied.",
+    "Customer asked for a paper invoice.",
+    "Gift wrap requested.",
+    "Placed on 2024-0{m}-1{m} at 10:2{m}.",
+    "Leave the parcel at the front desk.",
 ]
 
 
@@ -45,7 +56,9 @@ def _noise(rng: random.Random, pool: list[str]) -> str:
 
 def _zh_text(rng: random.Random, order_id: str, name: str, address: str, items: list[dict], total: str) -> str:
     unit = rng.choice(["¥{}", "{}元", "￥{}"])
-    parts = [f"{item['name']}{rng.choice(['', '一件', '1件'])}（{unit.format(pools.fmt_number(item['price']))}）" for item in items]
+    parts = [
+        f"{item['name']}{rng.choice(['', '一件', '1件'])}（{unit.format(pools.fmt_number(item['price']))}）" for item in items
+    ]
     listing = rng.choice(["、", "，", "；"]).join(parts)
     templates = [
         "订单号{oid}，客户{name}，收货地址{addr}。购买了{items}，合计{total}。",
@@ -74,7 +87,11 @@ def _en_text(rng: random.Random, order_id: str, name: str, address: str, items: 
 def _with_noise(rng: random.Random, text: str, pool: list[str]) -> str:
     if rng.random() < 0.5:
         noise = _noise(rng, pool)
-        text = f"{noise}{' ' if pool is EN_NOISE else ''}{text}" if rng.random() < 0.3 else f"{text}{' ' if pool is EN_NOISE else ''}{noise}"
+        text = (
+            f"{noise}{' ' if pool is EN_NOISE else ''}{text}"
+            if rng.random() < 0.3
+            else f"{text}{' ' if pool is EN_NOISE else ''}{noise}"
+        )
     return text
 
 

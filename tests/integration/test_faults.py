@@ -1,0 +1,83 @@
+"""The harness's own fault handling, against a deliberately broken server (tests/fake_openai_server.py).
+Real-server behaviour is covered by test_real_vllm.py."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtests.config import load_config
+from loadtests.deploy import DeployError
+from loadtests.records import read_records
+from loadtests.sweep import RunAborted, run_sweep
+
+FAKE = f"{sys.executable} {Path(__file__).resolve().parents[1] / 'fake_openai_server.py'}"
+
+
+def _config(tmp_path, behavior, **overrides):
+    arm = {"name": "broken", "launcher": FAKE, "server_args": ["--behavior", behavior, "--after", "3"], "mode": "json_object"}
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps({"custom_arms": [arm]}), encoding="utf-8")
+    settings = {"arms": "broken", "model": str(tmp_path), "levels": [2], "requests_per_level": 6, "warmup_requests": 0,
+                "startup_timeout_s": 30.0, "request_timeout_s": 2.0, "level_timeout_s": 60.0}
+    settings.update(overrides)
+    return load_config(path, **settings)
+
+
+def _no_process_left(run_dir: Path) -> None:
+    results = json.loads((run_dir / "results.json").read_text())
+    for arm in results["arms"].values():
+        port = arm["base_url"].rsplit(":", 1)[1]
+        left = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True).stdout.strip()
+        assert not left, f"orphan server processes: {left}"
+
+
+def test_server_that_fails_to_start_shows_its_log(tmp_path):
+    with pytest.raises(DeployError) as info:
+        run_sweep(_config(tmp_path, "fail-start"), tmp_path / "run")
+    assert "exited with code 3" in str(info.value)
+    assert "cannot load model weights" in str(info.value)  # the log tail
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["complete"] is False
+
+
+def test_server_dying_mid_level_keeps_partial_results(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(RunAborted, match="server died"):
+        run_sweep(_config(tmp_path, "die-after"), run_dir)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["complete"] is False and "server died" in results["error"]
+    assert results["levels"] and results["levels"][0]["metrics"]["incomplete"] is True
+    records = read_records(run_dir / "requests.jsonl")
+    # answered before it died (the fake's answer lacks "user": a schema violation), then errors
+    assert [r.verdict for r in records].count("schema_violation") >= 2  # the 3rd may be cut by the exit
+    assert {r.verdict for r in records} <= {"schema_violation", "http_error"}
+    _no_process_left(run_dir)
+
+
+def test_hanging_requests_time_out_and_are_recorded(tmp_path):
+    run_dir = tmp_path / "run"
+    state = run_sweep(_config(tmp_path, "hang", requests_per_level=2), run_dir)
+    assert state.complete
+    verdicts = [r.verdict for r in read_records(run_dir / "requests.jsonl")]
+    assert verdicts == ["timeout", "timeout"]
+    _no_process_left(run_dir)
+
+
+def test_healthy_fake_server_run_and_cli_exit_codes(tmp_path):
+    run_dir = tmp_path / "run"
+    state = run_sweep(_config(tmp_path, "ok"), run_dir)
+    assert state.complete
+    records = read_records(run_dir / "requests.jsonl")
+    assert len(records) == 6 and all(r.verdict == "schema_violation" and "'user'" in r.detail for r in records)
+    assert len(list((run_dir / "responses" / "broken").glob("*.json"))) == 6
+    # an unreachable URL: one line on stderr, non-zero exit, the run folder kept
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtests", "bench", "--arms", "baseline", "--url", "baseline=http://127.0.0.1:9",
+         "--out", str(tmp_path), "--name", "unreachable", "--levels", "1", "--requests", "1"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 1
+    assert "unreachable" in out.stderr.splitlines()[0]
+    assert (tmp_path / "unreachable" / "results.json").exists()

@@ -1,0 +1,45 @@
+import pytest
+
+from loadtests.metrics import level_metrics, ratio
+from loadtests.records import RequestRecord
+
+
+def rec(t_send, ttft, e2e, tokens, verdict="valid", warmup=False):
+    return RequestRecord(
+        arm="a", level=2, scenario="s", mode="json_object", request_id=f"r{t_send}", seed=0, repeat=0, warmup=warmup,
+        t_send=t_send, t_first_token=None if ttft is None else t_send + ttft, t_last_byte=None if e2e is None else t_send + e2e,
+        prompt_tokens=10, output_tokens=tokens, finish_reason="stop", status=200, error=None, output="", verdict=verdict,
+    )
+
+
+def test_level_metrics_by_hand():
+    records = [
+        rec(0.0, 0.1, 1.0, 10),  # valid, TPOT (1.0-0.1)/9 = 0.1
+        rec(0.0, 0.2, 2.0, 21),  # valid, TPOT 1.8/20 = 0.09
+        rec(1.0, 0.1, 3.0, 30, verdict="parse_error"),  # ends at 4.0
+        rec(2.0, None, 0.5, None, verdict="http_error"),
+        rec(-5.0, 0.1, 1.0, 99, warmup=True),  # excluded
+    ]
+    m = level_metrics(records)
+    assert m.requests == 4 and m.completed == 3
+    assert m.wall_s == pytest.approx(4.0)  # first send 0.0, last byte 4.0
+    assert m.effective_tok_s == pytest.approx(31 / 4.0)
+    assert m.raw_tok_s == pytest.approx(61 / 4.0)
+    assert m.requests_per_s == pytest.approx(3 / 4.0)
+    assert m.latency_p50_ms == pytest.approx(2000.0)  # median of 1, 2, 3 s
+    assert m.latency_p95_ms == pytest.approx(2900.0)  # numpy linear: 2 + 0.9 * 1
+    assert m.ttft_p50_ms == pytest.approx(100.0)
+    assert m.tpot_mean_ms == pytest.approx((100 + 90 + 2900 / 29) / 3)
+    assert m.invalid_json_rate == pytest.approx(0.25)
+    assert m.rate_http_error == pytest.approx(0.25)
+    assert m.valid_rate == pytest.approx(0.5)
+
+
+def test_empty_level_is_zero_not_a_crash():
+    m = level_metrics([])
+    assert m.requests == 0 and m.effective_tok_s == 0.0 and m.latency_p95_ms is None
+
+
+def test_ratio():
+    assert ratio(3.0, 1.5) == 2.0
+    assert ratio(3.0, 0.0) is None and ratio(None, 1.0) is None
