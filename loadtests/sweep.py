@@ -27,6 +27,7 @@ from loadtests.locustfile import ChatCompletionsUser, LevelPlan
 from loadtests.metrics import level_metrics
 from loadtests.records import RecordSink
 from loadtests.server_metrics import delta, scrape
+from reports.tables import levels_frame
 from scenarios import Mode, Split, load_scenario
 
 
@@ -59,8 +60,10 @@ class RunState:
     def write(self) -> Path:
         path = self.run_dir / "results.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.as_dict(), indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+        results = self.as_dict()
+        tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
         tmp.replace(path)
+        levels_frame(results).to_csv(self.run_dir / "levels.csv", index=False)
         return path
 
     def as_dict(self) -> dict[str, Any]:

@@ -77,6 +77,9 @@ class Sample:
     def response_format(self, mode: Mode | str) -> dict[str, Any] | None:
         """The OpenAI ``response_format`` field for ``mode`` (None: leave the field out)."""
         mode = Mode(mode)
+        if mode is Mode.TEXT:
+            # Explicit, as OpenAI allows: a server that defaults to JSON must leave plain text alone.
+            return {"type": "text"}
         if mode is Mode.JSON_OBJECT:
             return {"type": "json_object"}
         if mode is Mode.JSON_SCHEMA:

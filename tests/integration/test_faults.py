@@ -20,8 +20,16 @@ def _config(tmp_path, behavior, **overrides):
     arm = {"name": "broken", "launcher": FAKE, "server_args": ["--behavior", behavior, "--after", "3"], "mode": "json_object"}
     path = tmp_path / "run.yaml"
     path.write_text(json.dumps({"custom_arms": [arm]}), encoding="utf-8")
-    settings = {"arms": "broken", "model": str(tmp_path), "levels": [2], "requests_per_level": 6, "warmup_requests": 0,
-                "startup_timeout_s": 30.0, "request_timeout_s": 2.0, "level_timeout_s": 60.0}
+    settings = {
+        "arms": "broken",
+        "model": str(tmp_path),
+        "levels": [2],
+        "requests_per_level": 6,
+        "warmup_requests": 0,
+        "startup_timeout_s": 30.0,
+        "request_timeout_s": 2.0,
+        "level_timeout_s": 60.0,
+    }
     settings.update(overrides)
     return load_config(path, **settings)
 
@@ -74,9 +82,27 @@ def test_healthy_fake_server_run_and_cli_exit_codes(tmp_path):
     assert len(list((run_dir / "responses" / "broken").glob("*.json"))) == 6
     # an unreachable URL: one line on stderr, non-zero exit, the run folder kept
     out = subprocess.run(
-        [sys.executable, "-m", "loadtests", "bench", "--arms", "baseline", "--url", "baseline=http://127.0.0.1:9",
-         "--out", str(tmp_path), "--name", "unreachable", "--levels", "1", "--requests", "1"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "loadtests",
+            "bench",
+            "--arms",
+            "baseline",
+            "--url",
+            "baseline=http://127.0.0.1:9",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "unreachable",
+            "--levels",
+            "1",
+            "--requests",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 1
     assert "unreachable" in out.stderr.splitlines()[0]

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     deployer = LocalDeployer(tmp_path_factory.mktemp("logs"), startup_timeout_s=600)
-    spec = ServerSpec("smoke", str(DEFAULT_MODEL), "tiny-json", python_launcher(), list(load_config().server_args), cpu_server_env())
+    spec = ServerSpec(
+        "smoke", str(DEFAULT_MODEL), "tiny-json", python_launcher(), list(load_config().server_args), cpu_server_env()
+    )
     try:
         yield deployer.start(spec)
     finally:
@@ -44,9 +46,27 @@ def test_shipped_model_answers_each_scenario(vllm_server, scenario):
 
 def test_small_paired_sweep_of_two_arms(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "loadtests", "bench", "--arms", "baseline,baseline-constrained", "--levels", "1,2",
-         "--requests", "3", "--warmup", "1", "--out", str(tmp_path), "--name", "sweep"],
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "loadtests",
+            "bench",
+            "--arms",
+            "baseline,baseline-constrained",
+            "--levels",
+            "1,2",
+            "--requests",
+            "3",
+            "--warmup",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "sweep",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     run = tmp_path / "sweep"
@@ -54,7 +74,10 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     assert results["complete"] is True
     assert results["skipped_arms"] == {} or "dspark" not in results["config"]["arms"]
     assert [(lv["level"], lv["arm"]) for lv in results["levels"]] == [
-        (1, "baseline"), (1, "baseline-constrained"), (2, "baseline-constrained"), (2, "baseline"),
+        (1, "baseline"),
+        (1, "baseline-constrained"),
+        (2, "baseline-constrained"),
+        (2, "baseline"),
     ]
     assert "--no-enable-prefix-caching" not in results["arms"]["baseline"]["argv"]
     lines = (run / "requests.jsonl").read_text().splitlines()
@@ -68,6 +91,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
         assert "vllm:generation_tokens" in level["server"]  # /metrics scraped around the level
     assert len(list((run / "responses" / "baseline").glob("*.json"))) == 8
     assert (run / "report.html").exists() and "eff tok/s" in out.stdout
+    assert len((run / "levels.csv").read_text().splitlines()) == 1 + 4
     for arm in results["arms"].values():
         port = arm["base_url"].rsplit(":", 1)[1]
         assert not subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True).stdout.strip()

@@ -6,9 +6,24 @@ from loadtests.records import RequestRecord
 
 def rec(t_send, ttft, e2e, tokens, verdict="valid", warmup=False):
     return RequestRecord(
-        arm="a", level=2, scenario="s", mode="json_object", request_id=f"r{t_send}", seed=0, repeat=0, warmup=warmup,
-        t_send=t_send, t_first_token=None if ttft is None else t_send + ttft, t_last_byte=None if e2e is None else t_send + e2e,
-        prompt_tokens=10, output_tokens=tokens, finish_reason="stop", status=200, error=None, output="", verdict=verdict,
+        arm="a",
+        level=2,
+        scenario="s",
+        mode="json_object",
+        request_id=f"r{t_send}",
+        seed=0,
+        repeat=0,
+        warmup=warmup,
+        t_send=t_send,
+        t_first_token=None if ttft is None else t_send + ttft,
+        t_last_byte=None if e2e is None else t_send + e2e,
+        prompt_tokens=10,
+        output_tokens=tokens,
+        finish_reason="stop",
+        status=200,
+        error=None,
+        output="",
+        verdict=verdict,
     )
 
 

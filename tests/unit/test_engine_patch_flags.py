@@ -1,0 +1,88 @@
+import json
+
+import pytest
+
+from engine_patch import SUPPORTED_VLLM
+from engine_patch.flags import FlagError, parse
+from engine_patch.middleware import with_default_format
+from engine_patch.serve import VersionError, build, main, require_supported_vllm, select_drafter, status_line
+
+ARTICLE = ["--model", "m", "--dspark-enabled", "--response-format", "json", "--enable-prefix-caching"]
+
+
+def test_article_flags_parse_and_the_rest_goes_to_vllm():
+    options, rest = parse([*ARTICLE, "--dspark-speculative-length", "7", "--dtype", "bfloat16"])
+    assert options.enabled and options.response_format == "json" and options.speculative_length == 7
+    assert options.schema_compile and options.schema_dir is None
+    assert rest == ["--model", "m", "--enable-prefix-caching", "--dtype", "bfloat16"]
+
+
+def test_defaults_and_equals_form(tmp_path):
+    options, _ = parse(["--dspark-enabled", f"--dspark-schema-compile={tmp_path}", "--dspark-speculative-length=3"])
+    assert options.speculative_length == 3 and options.schema_dir == tmp_path
+    assert parse(["--dspark-enabled"])[0].speculative_length == 5
+    assert parse(["--dspark-enabled", "--no-dspark-schema-compile"])[0].schema_compile is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--dspark-enabled", "--no-enable-prefix-caching"], "dspark requires prefix-caching"),
+        (["--dspark-speculative-length", "0"], "out of range"),
+        (["--dspark-speculative-length", "17"], "out of range"),
+        (["--dspark-speculative-length", "five"], "not an integer"),
+        (["--response-format", "xml"], "not supported"),
+        (["--response-format"], "needs a value"),
+        (["--dspark-schema-compile", "/no/such/dir"], "no such folder"),
+    ],
+)
+def test_bad_flags_are_refused_with_the_fix(argv, message):
+    with pytest.raises(FlagError, match=message) as info:
+        parse(argv)
+    assert "fix:" in str(info.value)
+
+
+def test_launcher_exits_2_before_loading_anything(capsys):
+    assert main(["--model", "m", "--dspark-enabled", "--no-enable-prefix-caching"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "dspark requires prefix-caching" in err[0]
+
+
+def test_unsupported_vllm_version_is_refused():
+    require_supported_vllm(SUPPORTED_VLLM)
+    require_supported_vllm(SUPPORTED_VLLM + "+cpu")
+    with pytest.raises(VersionError, match="not supported"):
+        require_supported_vllm("0.31.1")
+    with pytest.raises(VersionError, match="not installed"):
+        require_supported_vllm(None)
+
+
+def test_native_dspark_selected_only_with_gpu_and_weights(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "dspark_config": {"k": 5}}))
+    assert select_drafter(str(tmp_path), gpu=True).method == "dspark"
+    assert select_drafter(str(tmp_path), gpu=False).method == "ngram"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    assert select_drafter(str(plain), gpu=True).method == "ngram"
+
+
+def test_build_turns_the_switch_into_vllm_arguments():
+    options, rest = parse([*ARTICLE, "--dspark-speculative-length", "6"])
+    argv, facts = build(options, rest, gpu=False)
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["method"] == "ngram" and spec["num_speculative_tokens"] == 6
+    assert json.loads(argv[argv.index("--structured-outputs-config") + 1])["disable_any_whitespace"] is True
+    assert "engine_patch.middleware.DSparkMiddleware" in argv
+    line = status_line(facts)
+    assert "drafter ngram" in line and "up to 6 draft tokens" in line and "JSON (json_object)" in line
+    off_argv, off_facts = build(parse(["--model", "m"])[0], ["--model", "m"], gpu=False)
+    assert off_argv == ["--model", "m"] and status_line(off_facts).startswith("DSpark: off")
+
+
+def test_default_response_format_only_when_absent():
+    body = json.loads(with_default_format(b'{"messages": []}'))
+    assert body["response_format"] == {"type": "json_object"}
+    explicit = b'{"messages": [], "response_format": {"type": "text"}}'
+    assert with_default_format(explicit) == explicit
+    assert with_default_format(b"not json") == b"not json"
