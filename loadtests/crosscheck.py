@@ -10,13 +10,13 @@ tokens/s and median TTFT, and our deviation from the peer.
 
 from __future__ import annotations
 
-import locust  # noqa: F401  - gevent patches sockets first
-
 import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import locust  # noqa: F401  - gevent patches sockets first
 
 from loadtests.config import DEFAULT_MODEL, load_config, python_launcher
 from loadtests.deploy import LocalDeployer, ServerSpec, cpu_server_env
