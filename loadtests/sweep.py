@@ -178,7 +178,7 @@ def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_ev
     env.plan = plan  # type: ignore[attr-defined]
     runner = env.create_local_runner()
     started = time.time()
-    runner.start(plan.level, spawn_rate=plan.level)
+    runner.start(plan.level, spawn_rate=plan.level * 1000)  # all users at once: a closed loop, no ramp-up
     last_print = started
     try:
         while True:

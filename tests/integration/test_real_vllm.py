@@ -95,3 +95,17 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     for arm in results["arms"].values():
         port = arm["base_url"].rsplit(":", 1)[1]
         assert not subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True).stdout.strip()
+
+
+def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", "loadtests/locustfile.py", "--headless", "-u", "2", "-r", "2", "-t", "6s",
+         "--host", vllm_server.base_url, "--scenario", "tool_call", "--mode", "json_schema", "--arm", "cli",
+         "--run-dir", str(tmp_path), "--only-summary"],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert out.returncode in (0, 1), out.stderr[-2000:]  # 1: Locust saw failures (invalid answers), still a run
+    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert len(records) >= 2 and {r["arm"] for r in records} == {"cli"}
+    assert {r["mode"] for r in records} == {"json_schema"} and all(r["verdict"] != "http_error" for r in records)
+    assert "CHAT" in out.stdout + out.stderr  # our requests in Locust's own statistics
