@@ -7,7 +7,6 @@ Every other argument goes to vLLM unchanged. What ``--dspark-enabled`` turns on:
 - speculation that exploits JSON: drafts copied from the prompt (values in extraction tasks, and the
   keys spelled out in the instruction), verified by the target model, so output does not change;
   on a GPU with a checkpoint that ships vLLM's native DSpark draft weights, vLLM's ``dspark`` method;
-- compact JSON under constraints (no free whitespace: fewer tokens, no runaway newlines);
 - ``--response-format json``: requests without ``response_format`` are constrained to JSON;
 - ``--dspark-schema-compile DIR``: every schema in DIR is compiled into vLLM's grammar cache at
   start-up, before the first user request needs it.
@@ -116,8 +115,9 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
     if "--speculative-config" in argv:
         raise FlagError("--dspark-enabled chooses the speculative config itself; fix: drop --speculative-config")
     argv += ["--speculative-config", json.dumps(drafter.speculative_config(options.speculative_length))]
-    if "--structured-outputs-config" not in argv:
-        argv += ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
+    # Not vLLM's disable_any_whitespace: xgrammar then rejects compact JSON tokens such as '":"' (it
+    # fixes its own separators), which forced this model's answers into garbage. Compact output needs
+    # the grammar built with separators (",", ":"): not done yet.
     if "--enable-prefix-caching" not in argv:
         argv.append("--enable-prefix-caching")
     argv += ["--middleware", "engine_patch.middleware.DSparkMiddleware"]
@@ -128,7 +128,7 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
         "drafter_reason": drafter.reason,
         "speculative_length": options.speculative_length,
         "response_format": options.response_format,
-        "compact_json": True,
+        "compact_json": False,
         "prefix_caching": True,
         "schema_dir": str(options.schema_dir) if options.schema_dir else None,
         "schemas": len(schemas),
@@ -148,7 +148,7 @@ def status_line(facts: dict) -> str:
     )
     return (
         f"DSpark: on; drafter {facts['drafter']} ({facts['drafter_reason']}), up to {facts['speculative_length']} "
-        f"draft tokens; default response format {default}; compact JSON; prefix caching on; {schemas}"
+        f"draft tokens; default response format {default}; prefix caching on; {schemas}"
     )
 
 

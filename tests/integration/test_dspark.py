@@ -23,7 +23,14 @@ def servers(tmp_path_factory):
     env = cpu_server_env()
     specs = [
         ServerSpec("stock", str(DEFAULT_MODEL), "tiny-json", python_launcher(), common, env),
-        ServerSpec("dspark", str(DEFAULT_MODEL), "tiny-json", [sys.executable, "-m", "engine_patch.serve"], [*common, *ARTICLE_FLAGS], env),
+        ServerSpec(
+            "dspark",
+            str(DEFAULT_MODEL),
+            "tiny-json",
+            [sys.executable, "-m", "engine_patch.serve"],
+            [*common, *ARTICLE_FLAGS],
+            env,
+        ),
     ]
     try:
         yield dict(zip(("stock", "dspark"), deployer.start_many(specs), strict=True))

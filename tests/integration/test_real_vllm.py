@@ -99,10 +99,34 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
 
 def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", "loadtests/locustfile.py", "--headless", "-u", "2", "-r", "2", "-t", "6s",
-         "--host", vllm_server.base_url, "--scenario", "tool_call", "--mode", "json_schema", "--arm", "cli",
-         "--run-dir", str(tmp_path), "--only-summary"],
-        capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            "loadtests/locustfile.py",
+            "--headless",
+            "-u",
+            "2",
+            "-r",
+            "2",
+            "-t",
+            "6s",
+            "--host",
+            vllm_server.base_url,
+            "--scenario",
+            "tool_call",
+            "--mode",
+            "json_schema",
+            "--arm",
+            "cli",
+            "--run-dir",
+            str(tmp_path),
+            "--only-summary",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert out.returncode in (0, 1), out.stderr[-2000:]  # 1: Locust saw failures (invalid answers), still a run
     records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
