@@ -123,7 +123,11 @@ def _report(run_dir: Path) -> None:
         return
     results = load_results(run_dir)
     print("\n" + format_summary(summary_frame(results)))
-    page = render_html(results, run_dir / "report.html")
+    try:
+        page = render_html(results, run_dir / "report.html")
+    except Exception as exc:  # noqa: BLE001 - a report bug must not hide the run's outcome or lose data
+        print(f"warning: the HTML report failed ({type(exc).__name__}: {exc}); results are in {run_dir}", file=sys.stderr)
+        return
     print(f"\nreport: {page}\nrecords: {run_dir / 'requests.jsonl'}  responses: {run_dir / 'responses'}/<arm>/*.json")
 
 

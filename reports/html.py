@@ -29,7 +29,7 @@ def _plot(summary, value: str, ylabel: str, log_y: bool = False) -> str:
         for arm, rows in part.groupby("arm"):
             ax.plot(rows["level"], rows[value], marker="o", label=arm)
         ax.set_xscale("log", base=2)
-        if log_y:
+        if log_y and (part[value] > 0).any():
             ax.set_yscale("log")
         ax.set_xlabel("concurrency")
         ax.set_ylabel(ylabel)

@@ -107,3 +107,53 @@ def test_healthy_fake_server_run_and_cli_exit_codes(tmp_path):
     assert out.returncode == 1
     assert "unreachable" in out.stderr.splitlines()[0]
     assert (tmp_path / "unreachable" / "results.json").exists()
+
+
+def test_ctrl_c_stops_servers_and_keeps_results(tmp_path):
+    import signal
+    import time
+
+    config = tmp_path / "run.yaml"
+    arm = {"name": "broken", "launcher": FAKE, "server_args": ["--behavior", "hang"], "mode": "json_object"}
+    config.write_text(json.dumps({"custom_arms": [arm]}), encoding="utf-8")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadtests",
+            "bench",
+            "--config",
+            str(config),
+            "--arms",
+            "broken",
+            "--model",
+            str(tmp_path),
+            "--levels",
+            "2",
+            "--requests",
+            "4",
+            "--warmup",
+            "0",
+            "--request-timeout",
+            "600",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "run",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 60
+    results = tmp_path / "run" / "results.json"
+    while time.time() < deadline and not (results.exists() and json.loads(results.read_text())["arms"]):
+        time.sleep(0.5)
+    time.sleep(2)  # requests are in flight (the server hangs)
+    process.send_signal(signal.SIGINT)
+    _out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-1000:]
+    assert "interrupted" in err
+    saved = json.loads(results.read_text())
+    assert saved["complete"] is False and "interrupted" in saved["error"]
+    _no_process_left(tmp_path / "run")
