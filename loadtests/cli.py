@@ -7,11 +7,13 @@ Exit status: 0 done; 1 the run stopped early (partial results kept, marked incom
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from datetime import datetime
 from pathlib import Path
 
-import locust  # noqa: F401  - first, so gevent patches sockets before anything opens one
+import gevent
+import locust  # noqa: F401  - early: gevent patches sockets before anything opens one
 
 from loadtests.config import ConfigError, load_config
 from loadtests.deploy import DeployError
@@ -105,6 +107,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError(f"run folder {run_dir} already holds a run; choose another --name")
     print(f"run folder: {run_dir}", flush=True)
     status = 0
+    # Ctrl-C the gevent way: the hub runs the handler and raises KeyboardInterrupt in this greenlet,
+    # wherever it waits, instead of inside the hub (which can leave Locust's greenlets unkillable).
+    main_greenlet = gevent.getcurrent()
+    gevent.signal_handler(signal.SIGINT, main_greenlet.throw, KeyboardInterrupt)
     try:
         run_sweep(config, run_dir)
     except (RunAborted, DeployError) as exc:
