@@ -158,9 +158,8 @@ def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
 
 
 def _progress(plan: LevelPlan, started: float) -> str:
-    records = (
-        [r for r in plan.sink.records[-plan.completed :] if r.arm == plan.arm and r.level == plan.level] if plan.completed else []
-    )
+    # levels run one after another, so this plan's records are the sink's last `completed` ones
+    records = plan.sink.records[-plan.completed :] if plan.completed else []
     tokens = sum(r.output_tokens or 0 for r in records if not r.warmup)
     invalid = sum(1 for r in records if r.verdict != "valid")
     total = plan.warmup + (plan.count or 0)

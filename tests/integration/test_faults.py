@@ -12,6 +12,7 @@ from loadtests.config import load_config
 from loadtests.deploy import DeployError
 from loadtests.records import read_records
 from loadtests.sweep import RunAborted, run_sweep
+from tests.integration.procs import assert_no_server_left
 
 FAKE = f"{sys.executable} {Path(__file__).resolve().parents[1] / 'fake_openai_server.py'}"
 
@@ -34,14 +35,6 @@ def _config(tmp_path, behavior, **overrides):
     return load_config(path, **settings)
 
 
-def _no_process_left(run_dir: Path) -> None:
-    results = json.loads((run_dir / "results.json").read_text())
-    for arm in results["arms"].values():
-        port = arm["base_url"].rsplit(":", 1)[1]
-        left = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True).stdout.strip()
-        assert not left, f"orphan server processes: {left}"
-
-
 def test_server_that_fails_to_start_shows_its_log(tmp_path):
     with pytest.raises(DeployError) as info:
         run_sweep(_config(tmp_path, "fail-start"), tmp_path / "run")
@@ -61,7 +54,7 @@ def test_server_dying_mid_level_keeps_partial_results(tmp_path):
     # answered before it died (the fake's answer lacks "user": a schema violation), then errors
     assert [r.verdict for r in records].count("schema_violation") >= 2  # the 3rd may be cut by the exit
     assert {r.verdict for r in records} <= {"schema_violation", "http_error"}
-    _no_process_left(run_dir)
+    assert_no_server_left(run_dir)
 
 
 def test_hanging_requests_time_out_and_are_recorded(tmp_path):
@@ -70,7 +63,7 @@ def test_hanging_requests_time_out_and_are_recorded(tmp_path):
     assert state.complete
     verdicts = [r.verdict for r in read_records(run_dir / "requests.jsonl")]
     assert verdicts == ["timeout", "timeout"]
-    _no_process_left(run_dir)
+    assert_no_server_left(run_dir)
 
 
 def test_healthy_fake_server_run_and_cli_exit_codes(tmp_path):
@@ -160,4 +153,4 @@ def test_ctrl_c_stops_servers_and_keeps_results(tmp_path):
     assert "interrupted" in err
     saved = json.loads(results.read_text())
     assert saved["complete"] is False and "interrupted" in saved["error"]
-    _no_process_left(tmp_path / "run")
+    assert_no_server_left(tmp_path / "run")

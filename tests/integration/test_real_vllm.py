@@ -10,6 +10,7 @@ import pytest
 from loadtests.config import DEFAULT_MODEL, load_config, python_launcher
 from loadtests.deploy import LocalDeployer, ServerSpec, cpu_server_env
 from scenarios import Split, load_all
+from tests.integration.procs import assert_no_server_left
 
 pytestmark = pytest.mark.integration
 
@@ -92,9 +93,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     assert len(list((run / "responses" / "baseline").glob("*.json"))) == 8
     assert (run / "report.html").exists() and "eff tok/s" in out.stdout
     assert len((run / "levels.csv").read_text().splitlines()) == 1 + 4
-    for arm in results["arms"].values():
-        port = arm["base_url"].rsplit(":", 1)[1]
-        assert not subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True).stdout.strip()
+    assert_no_server_left(run)
 
 
 def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
