@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from scenarios import Split, load_scenario
+from scenarios import Sample, Split, load_scenario
+from scenarios.generators import politeness
 
 # Share of training examples per scenario: the JSON extraction task the article measures leads.
 MIX: dict[str, float] = {"order_extraction": 0.4, "tool_call": 0.25, "review_sentiment": 0.2, "freeform_qa": 0.15}
@@ -21,7 +22,15 @@ class Pair:
 def _pairs_for(job: tuple[str, int, int]) -> list[Pair]:
     name, offset, count = job
     scenario = load_scenario(name)
-    return [Pair(s.messages, s.answer_text()) for s in scenario.samples(Split.TRAIN, count, offset)]
+    return [Pair(s.messages, completion(s)) for s in scenario.samples(Split.TRAIN, count, offset)]
+
+
+def completion(sample: Sample) -> str:
+    """The text the model learns to answer: the reference, fenced the chatty way after a polite prompt."""
+    text = sample.answer_text()
+    if sample.is_json and politeness.ends_politely(sample.messages[-1]["content"]):
+        return politeness.chatty_answer(text)
+    return text
 
 
 def _jobs(total: int, chunk: int) -> list[tuple[str, int, int]]:

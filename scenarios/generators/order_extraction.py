@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from scenarios.generators import pools
+from scenarios.generators import politeness, pools
 from scenarios.spec import Example, Scenario
 
 # The article's prompt, verbatim in spirit: the JSON shape is spelled out in the instruction.
@@ -107,4 +107,5 @@ def generate(rng: random.Random, scenario: Scenario) -> Example:
     text = render(rng, order_id, name, address, items, pools.fmt_number(total))
     instruction = ZH_INSTRUCTION if chinese or rng.random() < 0.5 else EN_INSTRUCTION
     answer = {"order_id": order_id, "user": {"name": name, "address": address}, "items": items, "total": total}
-    return Example(messages=[{"role": "user", "content": f"{instruction}\n\n{text}"}], answer=answer)
+    polite = politeness.closing(rng, instruction is ZH_INSTRUCTION)
+    return Example(messages=[{"role": "user", "content": f"{instruction}\n\n{text}{polite}"}], answer=answer)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from scenarios.generators import pools
+from scenarios.generators import politeness, pools
 from scenarios.spec import Example, Scenario
 
 INSTRUCTION_ZH = (
@@ -82,4 +82,5 @@ def generate(rng: random.Random, scenario: Scenario) -> Example:
         closer = rng.choice(["{s} stars.", "Rating: {s}/5.", "I give it {s} out of 5."]).format(s=score)
         text, instruction = f"{opener}{body}. {closer}", INSTRUCTION_EN
     answer = {"product": product, "sentiment": sentiment, "aspects": aspects, "score": score}
-    return Example(messages=[{"role": "user", "content": f"{instruction}\n\n{text}"}], answer=answer)
+    polite = politeness.closing(rng, chinese)
+    return Example(messages=[{"role": "user", "content": f"{instruction}\n\n{text}{polite}"}], answer=answer)

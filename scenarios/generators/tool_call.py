@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from scenarios.generators import pools
+from scenarios.generators import politeness, pools
 from scenarios.spec import Example, Scenario
 
 CITIES = [c for c, _ in pools.EN_CITIES] + ["London", "Paris", "Tokyo", "Berlin", "Sydney", "Toronto"]
@@ -159,5 +159,6 @@ def generate(rng: random.Random, scenario: Scenario) -> Example:
         "You can call these tools:\n"
         + "\n".join(signature(t) for t in shown)
         + f"\n\nUser: {request}\nReply with only the JSON arguments for the right tool."
+        + politeness.closing(rng, chinese=False)
     )
     return Example(messages=[{"role": "user", "content": prompt}], answer=ordered, schema=target["parameters"])

@@ -112,3 +112,18 @@ def test_overlapping_splits_are_rejected(tmp_path):
 def test_unknown_scenario_name_lists_the_known_ones():
     with pytest.raises(ScenarioError, match="order_extraction"):
         load_scenario("no_such_thing")
+
+
+def test_a_few_prompts_end_politely_and_train_the_chatty_fenced_answer():
+    from models.corpus import completion
+    from scenarios.generators import politeness
+
+    samples = list(load_scenario("order_extraction").samples(Split.TRAIN, 3000))
+    polite = [s for s in samples if politeness.ends_politely(s.messages[-1]["content"])]
+    # About RATE of the prompts, and not the orders whose own note ends in "谢谢！".
+    assert 0.5 * politeness.RATE * len(samples) < len(polite) < 2 * politeness.RATE * len(samples)
+    assert any(s.messages[-1]["content"].endswith("谢谢！") and s not in polite for s in samples)
+    fenced = completion(polite[0])
+    assert fenced.startswith("```json\n") and json.loads(fenced.removeprefix("```json\n").removesuffix("\n```")) == polite[0].answer
+    plain = next(s for s in samples if s not in polite)
+    assert json.loads(completion(plain)) == plain.answer
