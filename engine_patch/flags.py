@@ -17,9 +17,13 @@ class DSparkOptions:
     speculative_length: int = 5
     schema_dir: Path | None = None
     schema_compile: bool = True
+    drafter: str = "auto"  # see DRAFTERS
+    draft_model: Path | None = None
 
 
 MIN_LENGTH, MAX_LENGTH = 1, 16
+# auto: native DSpark weights on a GPU, else the checkpoint's draft model, else structure.
+DRAFTERS = ("auto", "native", "draft-model", "structure", "ngram", "off")
 
 
 def _value(argv: list[str], i: int, flag: str, hint: str) -> tuple[str, int]:
@@ -64,6 +68,14 @@ def parse(argv: list[str]) -> tuple[DSparkOptions, list[str]]:
                 opts["schema_dir"] = Path(arg.split("=", 1)[1])
             elif i < len(argv) and not argv[i].startswith("--"):
                 opts["schema_dir"], i = Path(argv[i]), i + 1
+        elif name == "--dspark-drafter":
+            value, i = _value(argv, i, name, f"--dspark-drafter {'|'.join(DRAFTERS)}")
+            if value not in DRAFTERS:
+                raise FlagError(f"--dspark-drafter {value!r} is unknown; fix: use one of {', '.join(DRAFTERS)}")
+            opts["drafter"] = value
+        elif name == "--dspark-draft-model":
+            value, i = _value(argv, i, name, "--dspark-draft-model DIR (a small model with the same tokenizer)")
+            opts["draft_model"] = Path(value)
         elif name == "--no-dspark-schema-compile":
             opts["schema_compile"], i = False, i + 1
         else:
@@ -77,5 +89,7 @@ def parse(argv: list[str]) -> tuple[DSparkOptions, list[str]]:
 def check(options: DSparkOptions, vllm_argv: list[str]) -> None:
     if options.schema_dir is not None and not options.schema_dir.is_dir():
         raise FlagError(f"--dspark-schema-compile {options.schema_dir}: no such folder; fix: give a folder of *.json schemas")
+    if options.draft_model is not None and not (options.draft_model / "config.json").is_file():
+        raise FlagError(f"--dspark-draft-model {options.draft_model}: no model there (no config.json); fix: give a model folder")
     if options.enabled and "--no-enable-prefix-caching" in vllm_argv:
         raise FlagError("dspark requires prefix-caching; fix: drop --no-enable-prefix-caching (or add --enable-prefix-caching)")

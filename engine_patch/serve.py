@@ -2,15 +2,21 @@
 
     dspark-serve --model DIR --dspark-enabled --response-format json --enable-prefix-caching \\
         [--dspark-speculative-length 5] [--dspark-schema-compile SCHEMA_DIR | --no-dspark-schema-compile]
+        [--dspark-drafter auto|native|draft-model|structure|ngram|off] [--dspark-draft-model DIR]
 
 Every other argument goes to vLLM unchanged. What ``--dspark-enabled`` turns on:
-- speculation that exploits JSON: drafts copied from the prompt (values in extraction tasks, and the
-  keys spelled out in the instruction), verified by the target model, so output does not change;
-  on a GPU with a checkpoint that ships vLLM's native DSpark draft weights, vLLM's ``dspark`` method;
+- speculation, verified by the target model so output does not change, from the best drafter this
+  model and machine allow (``--dspark-drafter auto``): vLLM's native ``dspark`` method on a GPU with
+  a checkpoint that ships DSpark draft weights; else the small draft model the checkpoint names in
+  ``dspark.json`` (or ``--dspark-draft-model DIR``); else, for any model, JSON structure memory plus
+  values copied from the prompt (``engine_patch.drafter``). Up to ``--dspark-speculative-length``
+  tokens per step, fewer as batches grow (compute-bound verification would cost throughput);
 - ``--response-format json``: requests without ``response_format`` are constrained to JSON;
 - ``--dspark-schema-compile DIR``: every schema in DIR is compiled into vLLM's grammar cache at
   start-up, before the first user request needs it.
-A status line is logged at start-up, and served at ``GET /dspark/status``.
+Each mechanism switches off on its own: ``--dspark-drafter off``, ``--response-format none``,
+``--no-dspark-schema-compile``. A status line is logged at start-up, and served at
+``GET /dspark/status``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from engine_patch import SUPPORTED_VLLM
 from engine_patch.flags import DSparkOptions, FlagError, parse
 
 NGRAM_LOOKUP = {"prompt_lookup_max": 5, "prompt_lookup_min": 2}
+DRAFT_MODEL_SIDECAR = "dspark.json"  # a checkpoint names its draft model here: {"draft_model": "../x-draft"}
+STRUCTURE_DRAFTER = "engine_patch.drafter.JsonDrafter"
 
 
 class VersionError(RuntimeError):
@@ -58,14 +66,40 @@ def require_supported_vllm(found: str | None) -> None:
 
 @dataclass(frozen=True)
 class Drafter:
-    method: str  # "dspark" (vLLM native, GPU + DSpark weights) or "ngram" (prompt copy, any model)
-    reason: str
+    """Where draft tokens come from; the target model verifies them all, so output does not change."""
 
-    def speculative_config(self, length: int) -> dict:
-        config = {"method": self.method, "num_speculative_tokens": length}
+    method: str  # "dspark" | "draft_model" | "structure" | "ngram" | "off"
+    reason: str
+    draft_model: str | None = None
+
+    def speculative_config(self, length: int) -> dict | None:
+        if self.method == "off":
+            return None
+        if self.method == "structure":
+            # The drafter shortens its own drafts under load (engine_patch.drafter.draft_length).
+            return {"method": "custom_class", "model": STRUCTURE_DRAFTER, "num_speculative_tokens": length}
+        config: dict = {"method": self.method, "num_speculative_tokens": length}
         if self.method == "ngram":
             config.update(NGRAM_LOOKUP)
+        if self.method == "draft_model":
+            config["model"] = self.draft_model
+        if self.method in ("ngram", "draft_model"):
+            config["num_speculative_tokens_per_batch_size"] = load_aware_schedule(length)
         return config
+
+
+def load_aware_schedule(length: int, largest_batch: int = 1024) -> list[list[int]]:
+    """vLLM's dynamic speculative decoding ranges [first, last, k]: fewer drafts as batches grow."""
+    from engine_patch.drafter import draft_length
+
+    ranges: list[list[int]] = []
+    for batch in range(1, largest_batch + 1):
+        k = draft_length(length, batch)
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = batch
+        else:
+            ranges.append([batch, batch, k])
+    return ranges
 
 
 def has_native_dspark_weights(model_dir: str | None) -> bool:
@@ -81,11 +115,42 @@ def has_native_dspark_weights(model_dir: str | None) -> bool:
     )
 
 
-def select_drafter(model_dir: str | None, gpu: bool) -> Drafter:
-    if gpu and has_native_dspark_weights(model_dir):
+def shipped_draft_model(model_dir: str | None) -> str | None:
+    """The draft model a checkpoint names in its ``dspark.json`` sidecar (path relative to the checkpoint)."""
+    if not model_dir or not (Path(model_dir) / DRAFT_MODEL_SIDECAR).is_file():
+        return None
+    sidecar = Path(model_dir) / DRAFT_MODEL_SIDECAR
+    try:
+        named = json.loads(sidecar.read_text(encoding="utf-8"))["draft_model"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise FlagError(f'{sidecar}: not {{"draft_model": "DIR"}} ({exc}); fix: correct or delete the file') from None
+    path = (Path(model_dir) / named).resolve()
+    if not (path / "config.json").is_file():
+        raise FlagError(f"{sidecar} names {named!r}, but there is no model at {path}; fix: correct or delete the file")
+    return str(path)
+
+
+def select_drafter(model_dir: str | None, gpu: bool, choice: str = "auto", draft_model: Path | None = None) -> Drafter:
+    """The drafter for ``--dspark-drafter choice`` (auto: the best one this model and machine allow)."""
+    native = gpu and has_native_dspark_weights(model_dir)
+    draft = str(draft_model.resolve()) if draft_model else shipped_draft_model(model_dir)
+    if choice == "native" and not native:
+        raise FlagError("--dspark-drafter native needs a GPU and a checkpoint with DSpark draft weights; fix: use auto")
+    if choice == "draft-model" and not draft:
+        raise FlagError(
+            f"--dspark-drafter draft-model needs a draft model; fix: add --dspark-draft-model DIR or a {DRAFT_MODEL_SIDECAR}"
+        )
+    if choice in ("native", "auto") and native:
         return Drafter("dspark", "GPU and a checkpoint with DSpark draft weights: vLLM's native dspark method")
-    why = "no GPU" if not gpu else "the checkpoint ships no DSpark draft weights"
-    return Drafter("ngram", f"{why}: prompt-copy drafts (values and keys copied from the prompt), verified by the model")
+    if choice in ("draft-model", "auto") and draft:
+        source = "--dspark-draft-model" if draft_model else f"named by the checkpoint's {DRAFT_MODEL_SIDECAR}"
+        return Drafter("draft_model", f"small draft model {Path(draft).name} ({source}), fewer drafts under load", draft)
+    if choice == "ngram":
+        return Drafter("ngram", "prompt-copy drafts only (vLLM's ngram), fewer drafts under load")
+    if choice == "off":
+        return Drafter("off", "speculation switched off (--dspark-drafter off)")
+    why = "chosen" if choice == "structure" else ("no GPU" if not gpu else "no DSpark weights") + " and no draft model"
+    return Drafter("structure", f"{why}: JSON structure memory + prompt copy (engine_patch.drafter), fewer drafts under load")
 
 
 def _arg_value(argv: list[str], flag: str) -> str | None:
@@ -110,11 +175,13 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
     """The vLLM argv and the status facts for ``options``. Pure apart from reading the model's config."""
     if not options.enabled:
         return vllm_argv, {"enabled": False}
-    drafter = select_drafter(_arg_value(vllm_argv, "--model"), gpu)
+    drafter = select_drafter(_arg_value(vllm_argv, "--model"), gpu, options.drafter, options.draft_model)
     argv = list(vllm_argv)
     if "--speculative-config" in argv:
         raise FlagError("--dspark-enabled chooses the speculative config itself; fix: drop --speculative-config")
-    argv += ["--speculative-config", json.dumps(drafter.speculative_config(options.speculative_length))]
+    speculative = drafter.speculative_config(options.speculative_length)
+    if speculative:
+        argv += ["--speculative-config", json.dumps(speculative)]
     # Not vLLM's disable_any_whitespace: xgrammar then rejects compact JSON tokens such as '":"' (it
     # fixes its own separators), which forced this model's answers into garbage. Compact output needs
     # the grammar built with separators (",", ":"): not done yet.
@@ -126,6 +193,7 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
         "enabled": True,
         "drafter": drafter.method,
         "drafter_reason": drafter.reason,
+        "draft_model": drafter.draft_model,
         "speculative_length": options.speculative_length,
         "response_format": options.response_format,
         "compact_json": False,

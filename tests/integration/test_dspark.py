@@ -31,9 +31,18 @@ def servers(tmp_path_factory):
             [*common, *ARTICLE_FLAGS],
             env,
         ),
+        # The drafter for models that ship no draft model: structure memory + prompt copy.
+        ServerSpec(
+            "structure",
+            str(DEFAULT_MODEL),
+            "tiny-json",
+            [sys.executable, "-m", "engine_patch.serve"],
+            [*common, *ARTICLE_FLAGS, "--dspark-drafter", "structure"],
+            env,
+        ),
     ]
     try:
-        yield dict(zip(("stock", "dspark"), deployer.start_many(specs), strict=True))
+        yield dict(zip(("stock", "dspark", "structure"), deployer.start_many(specs), strict=True))
     finally:
         deployer.stop_all()
 
@@ -50,14 +59,19 @@ def _complete(endpoint, sample, response_format):
 def test_status_line_and_endpoint_say_what_is_on(servers):
     dspark = servers["dspark"]
     log = dspark.log_path.read_text()
-    assert "DSpark: on; drafter ngram" in log and "up to 5 draft tokens" in log
+    # The shipped model names its draft model in models/tiny-json/dspark.json.
+    assert "DSpark: on; drafter draft_model" in log and "up to 5 draft tokens" in log
     status = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
-    assert status["enabled"] and status["drafter"] == "ngram" and status["response_format"] == "json"
-    assert '"method": "ngram"' in " ".join(dspark.argv) or "ngram" in log
+    assert status["enabled"] and status["drafter"] == "draft_model" and status["response_format"] == "json"
+    assert status["draft_model"].endswith("tiny-json-draft")
+    structure = httpx.get(f"{servers['structure'].base_url}/dspark/status", timeout=10).json()
+    assert structure["drafter"] == "structure"
+    assert "engine_patch.drafter.JsonDrafter" in servers["structure"].log_path.read_text()
 
 
-def test_lossless_and_speculation_accepted(servers):
-    stock, dspark = servers["stock"], servers["dspark"]
+@pytest.mark.parametrize("arm", ["dspark", "structure"])
+def test_lossless_and_speculation_accepted(servers, arm):
+    stock, dspark = servers["stock"], servers[arm]
     before = scrape(dspark.base_url)
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 12))
     same = 0

@@ -5,7 +5,15 @@ import pytest
 from engine_patch import SUPPORTED_VLLM
 from engine_patch.flags import FlagError, parse
 from engine_patch.middleware import with_default_format
-from engine_patch.serve import VersionError, build, main, require_supported_vllm, select_drafter, status_line
+from engine_patch.serve import (
+    VersionError,
+    build,
+    load_aware_schedule,
+    main,
+    require_supported_vllm,
+    select_drafter,
+    status_line,
+)
 
 ARTICLE = ["--model", "m", "--dspark-enabled", "--response-format", "json", "--enable-prefix-caching"]
 
@@ -60,22 +68,52 @@ def test_unsupported_vllm_version_is_refused():
 def test_native_dspark_selected_only_with_gpu_and_weights(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "dspark_config": {"k": 5}}))
     assert select_drafter(str(tmp_path), gpu=True).method == "dspark"
-    assert select_drafter(str(tmp_path), gpu=False).method == "ngram"
+    assert select_drafter(str(tmp_path), gpu=False).method == "structure"
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    assert select_drafter(str(plain), gpu=True).method == "ngram"
+    assert select_drafter(str(plain), gpu=True).method == "structure"
+    with pytest.raises(FlagError, match="needs a GPU"):
+        select_drafter(str(plain), gpu=False, choice="native")
+
+
+def test_draft_model_from_the_checkpoint_sidecar_or_the_flag(tmp_path):
+    target, draft = tmp_path / "big", tmp_path / "big-draft"
+    for folder in (target, draft):
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+    with pytest.raises(FlagError, match="needs a draft model"):
+        select_drafter(str(target), gpu=False, choice="draft-model")
+    assert select_drafter(str(target), gpu=False, draft_model=draft).draft_model == str(draft.resolve())
+    (target / "dspark.json").write_text(json.dumps({"draft_model": "../big-draft"}))
+    chosen = select_drafter(str(target), gpu=False)
+    assert chosen.method == "draft_model" and chosen.draft_model == str(draft.resolve())
+    # each mechanism can be switched off or chosen on its own
+    assert select_drafter(str(target), gpu=False, choice="structure").method == "structure"
+    assert select_drafter(str(target), gpu=False, choice="off").speculative_config(5) is None
+    (target / "dspark.json").write_text(json.dumps({"draft_model": "../missing"}))
+    with pytest.raises(FlagError, match="no model at"):
+        select_drafter(str(target), gpu=False)
+
+
+def test_load_aware_schedule_drafts_less_as_batches_grow():
+    schedule = load_aware_schedule(8)
+    assert schedule[0][:1] == [1] and schedule[-1][1] == 1024
+    lengths = [k for _, _, k in schedule]
+    assert lengths[0] == 8 and lengths[-1] == 0 and lengths == sorted(lengths, reverse=True)
+    assert all(a[1] + 1 == b[0] for a, b in zip(schedule, schedule[1:], strict=False))  # no gaps
 
 
 def test_build_turns_the_switch_into_vllm_arguments():
     options, rest = parse([*ARTICLE, "--dspark-speculative-length", "6"])
     argv, facts = build(options, rest, gpu=False)
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec["method"] == "ngram" and spec["num_speculative_tokens"] == 6
+    assert spec["method"] == "custom_class" and spec["model"] == "engine_patch.drafter.JsonDrafter"
+    assert spec["num_speculative_tokens"] == 6
     assert "--structured-outputs-config" not in argv  # see serve.build: xgrammar's fixed separators
     assert "engine_patch.middleware.DSparkMiddleware" in argv
     line = status_line(facts)
-    assert "drafter ngram" in line and "up to 6 draft tokens" in line and "JSON (json_object)" in line
+    assert "drafter structure" in line and "up to 6 draft tokens" in line and "JSON (json_object)" in line
     off_argv, off_facts = build(parse(["--model", "m"])[0], ["--model", "m"], gpu=False)
     assert off_argv == ["--model", "m"] and status_line(off_facts).startswith("DSpark: off")
 

@@ -124,6 +124,8 @@ def test_a_few_prompts_end_politely_and_train_the_chatty_fenced_answer():
     assert 0.5 * politeness.RATE * len(samples) < len(polite) < 2 * politeness.RATE * len(samples)
     assert any(s.messages[-1]["content"].endswith("谢谢！") and s not in polite for s in samples)
     fenced = completion(polite[0])
-    assert fenced.startswith("```json\n") and json.loads(fenced.removeprefix("```json\n").removesuffix("\n```")) == polite[0].answer
+    assert (
+        fenced.startswith("```json\n") and json.loads(fenced.removeprefix("```json\n").removesuffix("\n```")) == polite[0].answer
+    )
     plain = next(s for s in samples if s not in polite)
     assert json.loads(completion(plain)) == plain.answer
