@@ -3,6 +3,8 @@
 #   make test      unit + integration tests (real vLLM CPU servers)
 #   make model     retrain the embedded models (GPU if present, else a slow CPU path)
 #   make eval      quality of the embedded models through a real vLLM server -> models/*/EVAL.md
+#   make gate      CI regression gate: a short paired sweep checked against benchmarks/gate/thresholds.yaml
+#   make bench-dspark  the engine patch's full benchmark (5 arms, 200 requests per level, ~30 min)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -13,7 +15,7 @@ REQUESTS ?=
 BENCH_CONFIG ?= loadtests/configs/cpu-default.yaml
 BENCH_ARGS ?=
 
-.PHONY: install bench test test-unit test-integration lint model eval clean
+.PHONY: install bench bench-dspark gate test test-unit test-integration lint model eval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +32,13 @@ install: $(STAMP)
 
 bench: install
 	$(PY) -m loadtests bench --config $(BENCH_CONFIG) $(if $(REQUESTS),--requests $(REQUESTS)) $(BENCH_ARGS)
+
+bench-dspark: install
+	$(PY) -m loadtests bench --config benchmarks/dspark/config.yaml $(BENCH_ARGS)
+
+# GATE_ARGS="--run runs/X" checks a saved run instead of running the short sweep.
+gate: install
+	$(PY) -m loadtests gate --thresholds benchmarks/gate/thresholds.yaml $(GATE_ARGS)
 
 test: install
 	$(PY) -m pytest -q

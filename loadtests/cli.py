@@ -1,12 +1,13 @@
-"""``python -m loadtests bench``: deploy the arms, sweep concurrency, validate, report.
+"""``python -m loadtests bench|report|gate``: deploy the arms, sweep concurrency, validate, report, gate.
 
-Exit status: 0 done; 1 the run stopped early (partial results kept, marked incomplete);
-2 bad configuration or input (nothing was started).
+Exit status: 0 done (gate: passed); 1 the run stopped early (partial results kept, marked
+incomplete) or the gate failed; 2 bad configuration or input (nothing was started); 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from datetime import datetime
@@ -19,6 +20,7 @@ from loadtests.config import ConfigError, load_config
 from loadtests.deploy import DeployError
 from loadtests.sweep import RunAborted, run_sweep
 from reports import load_results, render_html
+from reports.gate import GateError, evaluate, format_checks, load_thresholds
 from reports.tables import format_summary, summary_frame
 
 
@@ -75,6 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--name", dest="run_name", help="run folder name (default: a timestamp)")
     report = sub.add_parser("report", help="re-render the HTML page and summary of a saved run")
     report.add_argument("run_dir")
+    gate = sub.add_parser(
+        "gate",
+        help="check a run against a thresholds file; exit 1 when a check fails",
+        description="Runs the thresholds file's short sweep (bench_config), or reads --run, then checks speed-ups, "
+        "invalid rates and P95 against the committed reference run, and prints a pass/fail table.",
+    )
+    gate.add_argument("--thresholds", default="benchmarks/gate/thresholds.yaml", help="thresholds YAML")
+    gate.add_argument("--run", dest="run_dir", help="a saved run folder to check instead of running a sweep")
+    gate.add_argument("--out", dest="output_dir", default="runs", help="parent folder of the sweep's run folder")
     return parser
 
 
@@ -101,7 +112,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     overrides["levels"] = _int_list(args.levels)
     overrides["urls"] = _urls(args.url)
-    config = load_config(args.config, **overrides)
+    return execute(load_config(args.config, **overrides))[0]
+
+
+def execute(config) -> tuple[int, Path]:
+    """Run one sweep to the end (or to the first fatal error / Ctrl-C), report it; (exit status, run folder)."""
     run_dir = Path(config.output_dir) / (config.run_name or datetime.now().strftime("%Y%m%d-%H%M%S"))
     if (run_dir / "requests.jsonl").exists():
         raise ConfigError(f"run folder {run_dir} already holds a run; choose another --name")
@@ -121,7 +136,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"\ninterrupted; partial results kept in {run_dir} (marked incomplete)", file=sys.stderr)
         status = 130
     _report(run_dir)
-    return status
+    return status, run_dir
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    thresholds = load_thresholds(args.thresholds)
+    if args.run_dir:
+        run_dir = Path(args.run_dir)
+        if not (run_dir / "results.json").exists():
+            raise ConfigError(f"{run_dir} has no results.json; give a run folder made by 'bench'")
+    else:
+        if thresholds.bench_config is None:
+            raise GateError(f"{args.thresholds} has no bench_config; fix: add one, or pass --run RUN_DIR")
+        name = datetime.now().strftime("gate-%Y%m%d-%H%M%S")
+        status, run_dir = execute(load_config(thresholds.bench_config, output_dir=args.output_dir, run_name=name))
+        if status:
+            print("gate: FAILED (the sweep did not finish)", file=sys.stderr)
+            return status
+    reference = None
+    if thresholds.max_p95_regression is not None:
+        if thresholds.reference_run is None or not thresholds.reference_run.exists():
+            raise GateError(f"reference_run {thresholds.reference_run} not found; fix: commit one, or drop max_p95_regression")
+        reference = load_results(thresholds.reference_run)
+    checks = evaluate(load_results(run_dir), thresholds, reference)
+    print("\n" + format_checks(checks))
+    (run_dir / "gate.json").write_text(json.dumps([c.__dict__ for c in checks], indent=1), encoding="utf-8")
+    return 0 if checks and all(c.passed for c in checks) else 1
 
 
 def _report(run_dir: Path) -> None:
@@ -142,11 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "gate":
+            return cmd_gate(args)
         run_dir = Path(args.run_dir)
         if not (run_dir / "results.json").exists():
             raise ConfigError(f"{run_dir} has no results.json; give a run folder made by 'bench'")
         _report(run_dir)
         return 0
-    except ConfigError as exc:
+    except (ConfigError, GateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

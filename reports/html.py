@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from reports.article import article_table, load_records  # noqa: E402
 from reports.tables import levels_frame, summary_frame  # noqa: E402
 
 STYLE = """
@@ -70,6 +71,15 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
         f"<h2>Arms</h2><ul>{arms}</ul>",
         f"<h3>Skipped</h3><ul>{skipped}</ul>" if skipped else "",
     ]
+    records = load_records(out_path.parent)
+    for scenario in config.get("scenarios", []):
+        for base in ("baseline", "baseline-constrained"):
+            table = article_table(records, results, scenario, base=base, treat="dspark")
+            if not table.empty:
+                parts += [
+                    f"<h2>The article's table: {esc(scenario)}, dspark against {esc(base)}</h2>",
+                    table.to_html(index=False, na_rep="-"),
+                ]
     if not summary.empty:
         parts += [
             "<h2>Summary (median over repeats)</h2>",

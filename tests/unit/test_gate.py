@@ -1,0 +1,68 @@
+"""The regression gate's checks on hand-made results: each limit can fail, margins come from repeats."""
+
+import pytest
+
+from reports.gate import GateError, Thresholds, evaluate, format_checks, load_thresholds
+
+
+def _level(arm, level, eff, p95=100.0, invalid=0.0, repeat=0):
+    metrics = {"effective_tok_s": eff, "latency_p95_ms": p95, "invalid_json_rate": invalid}
+    return {"arm": arm, "scenario": "s", "mode": "json_object", "level": level, "repeat": repeat, "metrics": metrics}
+
+
+def _results(*levels):
+    return {"levels": list(levels)}
+
+
+def test_speedup_passes_and_fails_against_the_same_runs_reference_arm():
+    thresholds = Thresholds(against="base", noise_margin=0.0, min_speedup={"fast": {1: 2.0, 8: 1.5}})
+    run = _results(_level("base", 1, 100), _level("fast", 1, 210), _level("base", 8, 100), _level("fast", 8, 140))
+    checks = evaluate(run, thresholds)
+    assert [(c.level, round(c.measured, 2), c.passed) for c in checks] == [(1, 2.1, True), (8, 1.4, False)]
+    assert "gate: FAILED (1/2 checks passed)" in format_checks(checks)
+
+
+def test_a_missing_level_fails_rather_than_passing_silently():
+    checks = evaluate(_results(_level("base", 1, 100)), Thresholds(against="base", min_speedup={"fast": {1: 1.0}}))
+    assert not checks[0].passed
+
+
+def test_noise_margin_grows_with_the_spread_of_repeats():
+    thresholds = Thresholds(against="base", noise_margin=0.01, min_speedup={"fast": {1: 2.0}})
+    steady = _results(_level("base", 1, 100), _level("fast", 1, 190))
+    assert not evaluate(steady, thresholds)[0].passed  # 1.9 < 2.0 * 0.99
+    noisy = _results(
+        _level("base", 1, 100),
+        _level("fast", 1, 190, repeat=0),
+        _level("fast", 1, 170, repeat=1),
+        _level("fast", 1, 210, repeat=2),
+    )
+    check = evaluate(noisy, thresholds)[0]  # spread (210-170)/190 = 21%: limit 2.0 * 0.79
+    assert check.passed and check.limit == pytest.approx(2.0 * (1 - 40 / 190))
+
+
+def test_invalid_rate_and_p95_against_the_reference_run():
+    thresholds = Thresholds(against="base", noise_margin=0.0, max_invalid_rate={"fast": 0.0}, max_p95_regression=0.2)
+    run = _results(_level("fast", 1, 100, p95=130, invalid=0.01))
+    reference = _results(_level("fast", 1, 100, p95=100))
+    by_check = {c.check: c for c in evaluate(run, thresholds, reference)}
+    assert not by_check["invalid JSON rate"].passed
+    assert not by_check["P95 ms vs reference"].passed and by_check["P95 ms vs reference"].limit == pytest.approx(120)
+
+
+def test_thresholds_file_errors_name_the_fix(tmp_path):
+    with pytest.raises(GateError, match="no such thresholds file"):
+        load_thresholds(tmp_path / "missing.yaml")
+    bad = tmp_path / "t.yaml"
+    bad.write_text("min_speedups: {}\n")
+    with pytest.raises(GateError, match=r"unknown keys \['min_speedups'\]"):
+        load_thresholds(bad)
+    bad.write_text("min_speedup: {dspark: 3}\n")
+    with pytest.raises(GateError, match="arm -> level -> number"):
+        load_thresholds(bad)
+
+
+def test_the_committed_thresholds_file_loads():
+    thresholds = load_thresholds("benchmarks/gate/thresholds.yaml")
+    assert thresholds.bench_config and thresholds.bench_config.is_file()
+    assert thresholds.min_speedup["dspark"][1] > 1
