@@ -3,6 +3,7 @@
 #   make test      unit + integration tests (real vLLM CPU servers)
 #   make model     retrain the embedded models (GPU if present, else a slow CPU path)
 #   make eval      quality of the embedded models through a real vLLM server -> models/*/EVAL.md
+#   make ui        one arm (UI_ARGS="--arm dspark") under Locust's web UI on http://127.0.0.1:8089
 #   make gate      CI regression gate: a short paired sweep checked against benchmarks/gate/thresholds.yaml
 #   make bench-dspark  the engine patch's full benchmark (5 arms, 200 requests per level, ~30 min)
 PYTHON ?= python3
@@ -15,7 +16,7 @@ REQUESTS ?=
 BENCH_CONFIG ?= loadtests/configs/cpu-default.yaml
 BENCH_ARGS ?=
 
-.PHONY: install bench bench-dspark gate test test-unit test-integration lint model eval clean
+.PHONY: install bench bench-dspark ui gate test test-unit test-integration lint model eval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +36,9 @@ bench: install
 
 bench-dspark: install
 	$(PY) -m loadtests bench --config benchmarks/dspark/config.yaml $(BENCH_ARGS)
+
+ui: install
+	$(PY) -m loadtests ui $(UI_ARGS)
 
 # GATE_ARGS="--run runs/X" checks a saved run instead of running the short sweep.
 gate: install

@@ -75,8 +75,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--api-key-env", help="environment variable holding the API key for --url servers")
     bench.add_argument("--out", dest="output_dir", help="parent folder of run folders (default runs/)")
     bench.add_argument("--name", dest="run_name", help="run folder name (default: a timestamp)")
-    report = sub.add_parser("report", help="re-render the HTML page and summary of a saved run")
+    report = sub.add_parser(
+        "report", help="re-render the HTML page and summary of a saved run (or build them from a Locust run's records)"
+    )
     report.add_argument("run_dir")
+    ui = sub.add_parser(
+        "ui",
+        help="deploy one arm and open Locust's web UI on it; Ctrl-C ends it and writes the report",
+        description="Users and spawn rate are set in the browser. The JSON tab shows valid answers, invalid ones "
+        "by category and effective JSON tokens/s beside Locust's own statistics.",
+    )
+    ui.add_argument("--config", help="run configuration YAML (model, scenario, mode, arms' server args)")
+    ui.add_argument("--arm", default="dspark", help="the arm to serve (default dspark)")
+    ui.add_argument("--model", help="local model directory (default models/tiny-json)")
+    ui.add_argument("--scenario", dest="scenarios", help="scenario name or YAML path")
+    ui.add_argument("--mode", help="prompt | json_object | json_schema")
+    ui.add_argument("--url", action="append", metavar="ARM=URL", help="use a running server instead of starting one")
+    ui.add_argument("--api-key-env", help="environment variable holding the API key for --url servers")
+    ui.add_argument("--web-port", type=int, default=8089, help="Locust web UI port (default 8089)")
+    ui.add_argument("--workers", type=int, default=0, help="Locust worker processes on this machine (0: none)")
+    ui.add_argument("--out", dest="output_dir", help="parent folder of run folders (default runs/)")
+    ui.add_argument("--name", dest="run_name", help="run folder name (default: ui-<timestamp>)")
     gate = sub.add_parser(
         "gate",
         help="check a run against a thresholds file; exit 1 when a check fails",
@@ -139,6 +158,19 @@ def execute(config) -> tuple[int, Path]:
     return status, run_dir
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from loadtests.ui import results_from_records, run_ui
+
+    overrides = {k: getattr(args, k) for k in ("model", "scenarios", "mode", "api_key_env", "output_dir", "run_name")}
+    overrides["urls"] = _urls(args.url)
+    config = load_config(None if args.config is None else args.config, arms=args.arm, **overrides)
+    status, run_dir, arms = run_ui(config, args.arm, args.web_port, args.workers)
+    results = results_from_records(run_dir, config, arms)
+    (run_dir / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+    _report(run_dir)
+    return 0 if status in (0, 1) else status  # Locust exits 1 when any answer failed validation
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     thresholds = load_thresholds(args.thresholds)
     if args.run_dir:
@@ -184,9 +216,18 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "gate":
             return cmd_gate(args)
+        if args.command == "ui":
+            return cmd_ui(args)
         run_dir = Path(args.run_dir)
         if not (run_dir / "results.json").exists():
-            raise ConfigError(f"{run_dir} has no results.json; give a run folder made by 'bench'")
+            if not (run_dir / "requests.jsonl").exists():
+                raise ConfigError(f"{run_dir} has neither results.json nor requests.jsonl; give a run folder")
+            from loadtests.ui import results_from_records  # a Locust-only run (web UI, master/worker)
+
+            results = results_from_records(run_dir, load_config(), {})
+            (run_dir / "results.json").write_text(
+                json.dumps(results, indent=1, ensure_ascii=False, default=str), encoding="utf-8"
+            )
         _report(run_dir)
         return 0
     except (ConfigError, GateError) as exc:

@@ -18,7 +18,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
@@ -26,7 +26,9 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.url import URL
 from locust import User, constant, events, task
 from locust.exception import StopUser
+from locust.runners import MasterRunner, WorkerRunner
 
+from loadtests import ui_stats  # noqa: F401 - registers the web UI's JSON tab and its worker reports
 from loadtests.openai_stream import chat_body, consume_sse
 from loadtests.records import RecordSink, RequestRecord
 from loadtests.validate import Verdict, validate
@@ -55,14 +57,15 @@ class LevelPlan:
     aborted: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def next_ticket(self) -> tuple[Sample, bool] | None:
+    def next_ticket(self) -> tuple[Sample, bool, int] | None:
+        """(sample, is warm-up, ticket number), or None once the level has issued all its requests."""
         with self._lock:
             total = None if self.count is None else self.warmup + self.count
             if self.aborted or (total is not None and self._issued >= total):
                 return None
             index = self._issued
             self._issued += 1
-        return self.samples[index % len(self.samples)], index < self.warmup
+        return self.samples[index % len(self.samples)], index < self.warmup, index
 
     def complete(self, record: RequestRecord) -> None:
         self.sink.write(record)
@@ -112,7 +115,7 @@ class ChatCompletionsUser(User):
         ticket = plan.next_ticket()
         if ticket is None:
             raise StopUser()
-        sample, warmup = ticket
+        sample, warmup, index = ticket
         level = plan.level or (self.environment.runner.user_count if self.environment.runner else 1)
         body = chat_body(sample, plan.mode, plan.model, plan.max_tokens, plan.temperature)
         t_send = time.time()
@@ -156,7 +159,9 @@ class ChatCompletionsUser(User):
             level=level,
             scenario=sample.scenario,
             mode=plan.mode.value,
-            request_id=f"{sample.scenario}.{plan.mode.value}.c{level}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}",
+            request_id=f"{sample.scenario}.{plan.mode.value}.c{level}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
+            # Locust UI runs cycle through the samples, maybe in several worker processes: keep ids unique.
+            + ("" if plan.count is not None else f".{_worker_tag(self.environment)}.{index}"),
             seed=sample.seed,
             repeat=plan.repeat,
             warmup=warmup,
@@ -185,7 +190,27 @@ class ChatCompletionsUser(User):
         )
 
 
-# --- Locust's own CLI / web UI -------------------------------------------------------------------
+# --- Locust's own CLI / web UI, and its master/worker mode ----------------------------------------
+
+RECORD_MESSAGE = "dspark_record"
+
+
+def _worker_tag(environment) -> str:
+    return str(getattr(environment.runner, "client_id", "local")).rsplit("_", 1)[-1][:12]
+
+
+class ForwardingSink:
+    """A worker's sink: each record goes to the master, which alone writes the run folder, so records
+    from every worker (on this machine or another) land in one requests.jsonl, none lost or doubled."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+
+    def write(self, record: RequestRecord) -> None:
+        self.runner.send_message(RECORD_MESSAGE, asdict(record))
+
+    def close(self) -> None:
+        pass
 
 
 @events.init_command_line_parser.add_listener
@@ -206,6 +231,13 @@ def _plan_from_cli(environment, **_kwargs) -> None:
     if getattr(environment, "plan", None) is not None or options is None or not hasattr(options, "scenario"):
         return  # the sweep sets its own plan
     scenario = load_scenario(options.scenario)
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        sink = ForwardingSink(runner)
+    else:
+        sink = RecordSink(Path(options.run_dir))
+        if isinstance(runner, MasterRunner):
+            runner.register_message(RECORD_MESSAGE, lambda message, **_: sink.write(RequestRecord.from_dict(message.data)))
     model = options.served_model or httpx.get(f"{environment.host}/v1/models", timeout=10).json()["data"][0]["id"]
     start, stop = scenario.splits[Split.EVAL]
     environment.plan = LevelPlan(
@@ -214,7 +246,7 @@ def _plan_from_cli(environment, **_kwargs) -> None:
         mode=Mode(options.mode) if scenario.is_json else Mode.TEXT,
         model=model,
         samples=list(itertools.islice(scenario.samples(Split.EVAL, min(1000, stop - start)), 1000)),
-        sink=RecordSink(Path(options.run_dir)),
+        sink=sink,  # type: ignore[arg-type]
         count=None,
         max_tokens=options.max_tokens,
         timeout_s=options.request_timeout,

@@ -132,3 +132,53 @@ def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
     assert len(records) >= 2 and {r["arm"] for r in records} == {"cli"}
     assert {r["mode"] for r in records} == {"json_schema"} and all(r["verdict"] != "http_error" for r in records)
     assert "CHAT" in out.stdout + out.stderr  # our requests in Locust's own statistics
+
+
+def _locust(base_url, run_dir, *extra, timeout=180):
+    command = [sys.executable, "-m", "locust", "-f", "loadtests/locustfile.py", "--host", base_url]
+    command += ["--scenario", "order_extraction", "--mode", "json_object", "--run-dir", str(run_dir), *extra]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_two_local_workers_records_reach_the_master_once_each(vllm_server, tmp_path):
+    csv = tmp_path / "locust"
+    process = _locust(
+        vllm_server.base_url, tmp_path, "--arm", "dist", "--headless", "--processes", "2", "-u", "4", "-r", "4", "-t", "15s",
+        "--csv", str(csv), "--only-summary",
+    )  # fmt: skip
+    output, _ = process.communicate(timeout=180)
+    assert process.returncode in (0, 1), output[-2000:]
+    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    ids = [r["request_id"] for r in records]
+    assert len(ids) == len(set(ids)) >= 4  # nothing doubled
+    assert len({i.split(".")[-2] for i in ids}) == 2  # both workers' answers reached the master's folder
+    with open(f"{csv}_stats.csv") as f:
+        aggregated = [line.split(",") for line in f if ",Aggregated," in line][0]
+    header = open(f"{csv}_stats.csv").readline().strip().split(",")
+    assert int(aggregated[header.index("Request Count")]) == len(records)  # nothing lost
+    assert len(list((tmp_path / "responses" / "dist").glob("*.json"))) == len(records)
+
+
+def test_web_ui_shows_the_json_tab(vllm_server, tmp_path):
+    port = 18089
+    process = _locust(
+        vllm_server.base_url, tmp_path, "--arm", "ui", "--web-host", "127.0.0.1", "--web-port", str(port),
+        "--autostart", "-u", "2", "-r", "2", "-t", "60s",
+    )  # fmt: skip
+    try:
+        rows = []
+        for _ in range(60):
+            try:
+                stats = httpx.get(f"http://127.0.0.1:{port}/stats/requests", timeout=5).json()
+                rows = next(t["data"] for t in stats.get("extended_stats", []) if t["key"] == "json-stats")
+                if rows and rows[0]["requests"] >= 3:
+                    break
+            except (httpx.HTTPError, StopIteration, ValueError):
+                pass
+            subprocess.run(["sleep", "1"])
+        page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5).text
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+    assert rows and rows[0]["requests"] >= 3 and rows[0]["valid"] >= 1 and rows[0]["effective_tok_s"] > 0
+    assert "json-stats" in page  # the tab is declared in the page's template arguments
