@@ -44,6 +44,27 @@ def _plot(summary, value: str, ylabel: str, log_y: bool = False) -> str:
     return f'<img alt="{html.escape(ylabel)}" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
 
 
+def _invalid_samples(records, per_category: int = 20) -> list[str]:
+    """Failed answers grouped by verdict, each with its arm, request id, error detail and escaped output."""
+    if records.empty:
+        return []
+    failed = records[records["verdict"] != "valid"]
+    parts = ["<h2>Invalid answers by category</h2>"]
+    if failed.empty:
+        return [*parts, "<p>None: every measured answer was valid.</p>"]
+    for verdict, rows in failed.groupby("verdict"):
+        items = "".join(
+            f"<li><b>{html.escape(str(r.arm))}</b> <code>{html.escape(str(r.request_id))}</code> "
+            f"{html.escape(str(r.detail or r.error or ''))}<pre>{html.escape(str(r.output or '')[:2000])}</pre></li>"
+            for r in rows.head(per_category).itertuples()
+        )
+        parts.append(
+            f"<details><summary>{html.escape(str(verdict))}: {len(rows)} answer(s)"
+            f"{f', first {per_category} shown' if len(rows) > per_category else ''}</summary><ul>{items}</ul></details>"
+        )
+    return parts
+
+
 def render_html(results: dict[str, Any], out_path: Path) -> Path:
     summary = summary_frame(results)
     esc = html.escape
@@ -87,6 +108,7 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
             _plot(summary, "eff tok/s", "effective JSON tokens/s"),
             _plot(summary, "P95 ms", "P95 latency (ms)", log_y=True),
         ]
+        parts += _invalid_samples(records)
         detail = levels_frame(results)
         parts += ["<h2>Every level</h2>", detail.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")]
     parts.append("</body></html>")

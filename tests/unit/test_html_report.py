@@ -1,0 +1,29 @@
+"""The HTML page: self-contained, model output escaped, invalid answers listed by category."""
+
+import json
+import re
+
+from reports import render_html
+
+
+def test_page_is_offline_and_escapes_model_output(tmp_path):
+    hostile = '<script>alert(1)</script>{"a":'
+    rows = [
+        {"arm": "baseline", "level": 1, "scenario": "s", "warmup": False, "t_send": 0.0, "t_last_byte": 1.0,
+         "output_tokens": 10, "verdict": verdict, "request_id": f"r{i}", "detail": "Expecting value", "error": None,
+         "output": hostile if verdict == "parse_error" else "{}"}
+        for i, verdict in enumerate(["valid", "parse_error", "parse_error"])
+    ]  # fmt: skip
+    (tmp_path / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    metrics = {"effective_tok_s": 3.0, "latency_p95_ms": 1000.0, "invalid_json_rate": 2 / 3, "wall_s": 3.0}
+    results = {
+        "complete": True,
+        "config": {"model": "m", "scenarios": ["s"]},
+        "arms": {"baseline": {"argv": ["vllm", "serve", "<m>"], "mode": "prompt"}},
+        "levels": [{"arm": "baseline", "scenario": "s", "mode": "prompt", "level": 1, "repeat": 0, "metrics": metrics}],
+    }
+    page = render_html(results, tmp_path / "report.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "parse_error: 2 answer(s)" in page and "&lt;m&gt;" in page
+    # nothing is fetched from the network: no external src/href
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
