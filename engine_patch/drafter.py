@@ -2,19 +2,19 @@
 
 Loaded by vLLM's ``custom_class`` speculative method inside the engine process
 (``{"method": "custom_class", "model": "engine_patch.drafter.JsonDrafter"}``). Each step it proposes
-up to ``k`` tokens per running request from two cheap sources, and the target model verifies them, so
-the output is the one the model would have produced anyway (rejected drafts cost compute, never
-correctness):
+up to ``k`` tokens per running request, and the target model verifies them, so the output is the one
+the model would have produced anyway (a rejected draft costs compute, never correctness).
 
-- **Structure memory**: what the model's own earlier outputs always did after the same few tokens.
-  In JSON that is the skeleton: punctuation, the next key, the closing brackets. A continuation is
-  proposed only once it has been seen ``MIN_SEEN`` times and taken at least ``MIN_SHARE`` of the time,
-  so values (names, numbers) that vary between requests are never guessed from memory.
-- **Prompt copy**: the tokens that followed the longest earlier occurrence of the last few tokens in
-  this request (prompt and output), i.e. values copied out of the input, as in extraction tasks.
+Two sources, chosen by where the answer is in its JSON:
 
-Structure memory wins where the two disagree: after a copied value, the prompt goes on with its own
-text while the JSON goes on with ``","next_key":``.
+- **Structure memory**, at structural positions (after a value or a bracket): what the model's own
+  earlier answers always did next. Its context is the answer's *skeleton*, the last few punctuation
+  and key tokens with each value collapsed to one marker, so ``"name":"<any name>","`` is followed by
+  ``address`` whatever the name was. A continuation is proposed once it was seen ``MIN_SEEN`` times
+  and taken ``MIN_SHARE`` of the time.
+- **Prompt copy**, inside values: the tokens that followed the longest earlier occurrence of the last
+  few tokens (values copied out of the input, as in extraction tasks). A copy stops where the prompt's
+  own field ends (a delimiter such as ``;`` or ``，``); structure memory then closes the value.
 
 Load-aware length: a verification step costs about ``batch * (k + 1)`` token positions. Above
 ``VERIFY_BUDGET`` positions per step the machine is compute-bound and drafts would cost throughput, so
@@ -26,15 +26,43 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
-CONTEXT = 4  # tokens of context that key the structure memory
+SKELETON_CONTEXT = 4  # skeleton items that key the structure memory
 MIN_SEEN = 3
 MIN_SHARE = 0.9
 COPY_NGRAM = (2, 5)  # shortest and longest suffix matched for prompt copy
+WINDOW = 96  # tokens looked back at to rebuild the skeleton
 MAX_MEMORY = 500_000  # contexts kept; the memory restarts when full (it relearns within a few requests)
 VERIFY_BUDGET = int(os.environ.get("DSPARK_VERIFY_BUDGET", "64"))
+
+# Token kinds, from each token's text. *_Q: the same punctuation with a quote in it (only those can end a
+# string value: an address's ", " is part of the value).
+# OPENS_STRING: opens a string value ('":"'); OPENS_BARE: a number, literal, object or array (':', '[').
+WORD, DELIMITER, OPENS_KEY, OPENS_KEY_Q, OPENS_STRING, OPENS_BARE, OPENS_BARE_Q, PUNCT, PUNCT_Q = range(9)
+QUOTED = {OPENS_KEY_Q: OPENS_KEY, OPENS_STRING: OPENS_STRING, OPENS_BARE_Q: OPENS_BARE, PUNCT_Q: PUNCT}
+VALUE = -1  # the skeleton's marker for a value's tokens
+JSON_PUNCT = set('{}[]":,')
+FIELD_DELIMITERS = set(";；。，\n（）()")
+
+
+def token_kind(text: str) -> int:
+    """WORD, or which kind of JSON punctuation ``text`` is (DELIMITER: ends a field in free text)."""
+    core = text.strip()
+    if core and all(c in JSON_PUNCT for c in core):
+        quoted = '"' in core
+        if core.endswith(('{"', ',"')):
+            return OPENS_KEY_Q if quoted else OPENS_KEY
+        if core.endswith((':"', '["')):
+            return OPENS_STRING
+        if core.endswith((":", "[")):
+            return OPENS_BARE_Q if quoted else OPENS_BARE
+        return PUNCT_Q if quoted else PUNCT
+    if any(c in FIELD_DELIMITERS for c in text):
+        return DELIMITER
+    return WORD
 
 
 def draft_length(k: int, batch: int, budget: int = VERIFY_BUDGET) -> int:
@@ -42,30 +70,74 @@ def draft_length(k: int, batch: int, budget: int = VERIFY_BUDGET) -> int:
     return max(0, min(k, budget // max(1, batch) - 1))
 
 
-class StructureMemory:
-    """Next-token counts after each ``CONTEXT``-token context of the model's own outputs."""
+class Skeleton:
+    """The JSON skeleton of a token stream: punctuation and keys kept, each value run one marker."""
 
-    def __init__(self, context: int = CONTEXT) -> None:
-        self.context = context
+    def __init__(self, kinds: np.ndarray) -> None:
+        self.kinds = kinds
+        self.items: list[int] = []
+        self.in_value = False  # the last punctuation opened a value
+        self.in_string = False  # ... and that value is a string (only a quote can end it)
+
+    def structural(self, token: int) -> bool:
+        """Whether ``token`` is JSON structure here (a comma inside a string value is not)."""
+        kind = int(self.kinds[token]) if token < len(self.kinds) else WORD
+        if kind in QUOTED:
+            return True
+        return kind in (OPENS_KEY, OPENS_BARE, PUNCT) and not (self.in_value and self.in_string)
+
+    def push(self, token: int) -> None:
+        if self.structural(token):
+            kind = QUOTED.get(int(self.kinds[token]), int(self.kinds[token]))
+            self.items.append(token)
+            self.in_value = kind in (OPENS_STRING, OPENS_BARE)
+            self.in_string = kind == OPENS_STRING
+        elif self.in_value:
+            if not self.items or self.items[-1] != VALUE:
+                self.items.append(VALUE)
+        else:
+            self.items.append(token)  # a key's tokens (or text outside JSON)
+
+    def context(self) -> tuple[int, ...]:
+        return tuple(self.items[-SKELETON_CONTEXT:])
+
+    @property
+    def inside_value(self) -> bool:
+        return bool(self.items) and self.items[-1] == VALUE
+
+
+class StructureMemory:
+    """Next-token counts after each skeleton context of the model's own outputs."""
+
+    def __init__(self, kinds: np.ndarray) -> None:
+        self.kinds = kinds
         self.counts: dict[tuple[int, ...], dict[int, int]] = defaultdict(dict)
 
+    def skeleton(self, tokens: Sequence[int]) -> Skeleton:
+        skeleton = Skeleton(self.kinds)
+        for token in tokens:
+            skeleton.push(int(token))
+        return skeleton
+
     def learn(self, tokens: np.ndarray, start: int) -> None:
-        """Record ``tokens[start:]``, each after the ``context`` tokens before it."""
+        """Record ``tokens[start:]`` at structural positions, each after the skeleton before it."""
         if len(self.counts) > MAX_MEMORY:
             self.counts.clear()
-        for j in range(max(start, self.context), len(tokens)):
-            nexts = self.counts[tuple(tokens[j - self.context : j].tolist())]
+        skeleton = self.skeleton(tokens[max(0, start - WINDOW) : start])
+        for j in range(start, len(tokens)):
             token = int(tokens[j])
-            nexts[token] = nexts.get(token, 0) + 1
+            if not skeleton.in_value or skeleton.structural(token):  # a value's content is never learned
+                nexts = self.counts[skeleton.context()]
+                nexts[token] = nexts.get(token, 0) + 1
+            skeleton.push(token)
 
-    def predict(self, tail: list[int]) -> int | None:
-        """The continuation of ``tail`` that the outputs so far took (nearly) every time, if any."""
-        nexts = self.counts.get(tuple(tail[-self.context :]))
+    def predict(self, skeleton: Skeleton) -> int | None:
+        """The continuation the outputs so far took (nearly) every time after this skeleton, if any."""
+        nexts = self.counts.get(skeleton.context())
         if not nexts:
             return None
         token, seen = max(nexts.items(), key=lambda item: item[1])
-        total = sum(nexts.values())
-        return token if seen >= MIN_SEEN and seen >= MIN_SHARE * total else None
+        return token if seen >= MIN_SEEN and seen >= MIN_SHARE * sum(nexts.values()) else None
 
 
 def copy_candidates(tokens: np.ndarray, k: int, ngram: tuple[int, int] = COPY_NGRAM) -> list[int]:
@@ -84,38 +156,48 @@ def copy_candidates(tokens: np.ndarray, k: int, ngram: tuple[int, int] = COPY_NG
 def propose_one(tokens: np.ndarray, k: int, memory: StructureMemory) -> list[int]:
     """The draft for one request whose tokens so far (prompt and output) are ``tokens``."""
     draft: list[int] = []
-    tail = tokens[-memory.context :].tolist()
-    copy = copy_candidates(tokens, k)
-    position, searches = 0, 1
+    skeleton = memory.skeleton(tokens[-WINDOW:].tolist())
+    copy, position, searches = [], 0, 0
     while len(draft) < k:
-        token = memory.predict(tail)
-        if token is not None:
-            following = position < len(copy) and copy[position] == token
-            position = position + 1 if following else len(copy)
+        if position >= len(copy) and searches < 3:  # no copy yet, or it ran out or diverged: look again
+            extended = np.concatenate([tokens, np.asarray(draft, dtype=tokens.dtype)]) if draft else tokens
+            # Inside a value one matching token is enough to start copying ("Joshua" -> " Bailey").
+            ngram = (1, COPY_NGRAM[1]) if skeleton.inside_value else COPY_NGRAM
+            copy, position, searches = copy_candidates(extended, k, ngram), 0, searches + 1
+        copied = copy[position] if position < len(copy) else None
+        copied_kind = int(memory.kinds[copied]) if copied is not None and copied < len(memory.kinds) else WORD
+        remembered = memory.predict(skeleton)
+        if skeleton.in_value and copied is not None and copied_kind != DELIMITER and not skeleton.structural(copied):
+            token = copied  # inside a value: keep copying the input
+        elif remembered is not None:
+            token = remembered  # structure: what the answers always did here
+        elif copied is not None and copied_kind != DELIMITER:
+            token = copied
         else:
-            if position >= len(copy) and searches < 3:  # the copy ran out or diverged: look again
-                copy, position, searches = (
-                    copy_candidates(np.concatenate([tokens, draft]).astype(tokens.dtype), k),
-                    0,
-                    searches + 1,
-                )
-            if position >= len(copy):
-                break
-            token = copy[position]
-            position += 1
+            break
+        position = position + 1 if token == copied else len(copy)
         draft.append(token)
-        tail.append(token)
+        skeleton.push(token)
     return draft
+
+
+def token_kinds(tokenizer) -> np.ndarray:
+    """The kind of every token id in ``tokenizer``'s vocabulary."""
+    size = len(tokenizer)
+    return np.array([token_kind(tokenizer.decode([i])) for i in range(size)], dtype=np.int8)
 
 
 class JsonDrafter:
     """vLLM ``custom_class`` proposer: structure memory plus prompt copy, load-aware length."""
 
     def __init__(self, vllm_config) -> None:
+        from transformers import AutoTokenizer
+
         spec = vllm_config.speculative_config
         self.k = int(spec.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
-        self.memory = StructureMemory()
+        tokenizer = AutoTokenizer.from_pretrained(vllm_config.model_config.tokenizer)
+        self.memory = StructureMemory(token_kinds(tokenizer))
 
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None) -> list[list[int]]:
         k = draft_length(self.k, sum(1 for s in sampled_token_ids if len(s)))

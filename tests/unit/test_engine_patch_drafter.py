@@ -1,8 +1,33 @@
-"""The structure drafter's pieces, on token sequences written by hand."""
+"""The structure drafter's pieces, on a small hand-made vocabulary."""
 
 import numpy as np
 
-from engine_patch.drafter import StructureMemory, copy_candidates, draft_length, propose_one
+from engine_patch.drafter import (
+    DELIMITER,
+    OPENS_KEY_Q,
+    OPENS_STRING,
+    PUNCT,
+    WORD,
+    StructureMemory,
+    copy_candidates,
+    draft_length,
+    propose_one,
+    token_kind,
+)
+
+# id -> text: a JSON-ish vocabulary
+VOCAB = ['{"', "name", '":"', '","', "city", '"}', "Ann", " Lee", "Bob", " Kay", "Oslo", "Rome", ", ", "; ", "Name:", "x"]
+ID = {text: i for i, text in enumerate(VOCAB)}
+KINDS = np.array([token_kind(t) for t in VOCAB], dtype=np.int8)
+
+
+def _ids(*texts):
+    return np.array([ID[t] for t in texts], dtype=np.int32)
+
+
+def test_token_kinds():
+    assert token_kind('{"') == OPENS_KEY_Q and token_kind('":"') == OPENS_STRING and token_kind('"}') != WORD
+    assert token_kind(", ") == PUNCT and token_kind("; ") == DELIMITER and token_kind("Ann") == WORD
 
 
 def test_copy_takes_what_followed_the_longest_earlier_match():
@@ -11,25 +36,35 @@ def test_copy_takes_what_followed_the_longest_earlier_match():
     assert copy_candidates(np.array([5, 6, 7], dtype=np.int32), 3) == []
 
 
-def test_memory_proposes_only_continuations_it_has_seen_nearly_always():
-    memory = StructureMemory(context=2)
-    for value in (10, 11, 12):  # "key": <value varies> , "next"
-        memory.learn(np.array([1, 2, value, 3, 4], dtype=np.int32), 2)
-    assert memory.predict([1, 2]) is None  # the value varied: never guessed from memory
-    memory.learn(np.array([8, 8, 3, 4], dtype=np.int32), 2)
-    assert memory.predict([12, 3]) is None  # seen once only
-    for value in (10, 11, 12):
-        memory.learn(np.array([value, 3, 4, 5], dtype=np.int32), 2)
-    assert memory.predict([3, 4]) == 5
+def _answer(name, surname, city):
+    return ['{"', "name", '":"', name, surname, '","', "city", '":"', city, '"}']
 
 
-def test_structure_wins_over_the_prompt_where_they_disagree():
-    memory = StructureMemory(context=2)
-    for _ in range(3):
-        memory.learn(np.array([60, 61, 90, 91], dtype=np.int32), 2)  # after a value: 90 91 (',"key":')
-    # prompt: ... 60 61 70 (the prompt's own text after the value) ...; output so far ends with 60 61
-    tokens = np.array([5, 60, 61, 70, 71, 6, 60, 61], dtype=np.int32)
-    assert propose_one(tokens, 4, memory)[:2] == [90, 91]
+def test_memory_learns_the_skeleton_not_the_values():
+    memory = StructureMemory(KINDS)
+    for name, surname, city in (("Ann", " Lee", "Oslo"), ("Bob", " Kay", "Rome"), ("Ann", " Kay", "Oslo")):
+        memory.learn(_ids(*_answer(name, surname, city)), 0)
+    # after any name value, the skeleton continues with ',"city":"' ...
+    after_name = memory.skeleton(_ids('{"', "name", '":"', "Bob", " Lee"))
+    assert memory.predict(after_name) == ID['","']
+    # ... but the value itself is never guessed from memory
+    assert memory.predict(memory.skeleton(_ids('{"', "name", '":"'))) is None
+
+
+def test_a_comma_inside_a_string_value_is_part_of_the_value():
+    memory = StructureMemory(KINDS)
+    skeleton = memory.skeleton(_ids('{"', "city", '":"', "Oslo", ", ", "Rome"))
+    assert skeleton.inside_value and skeleton.items[-1] == -1 and ID[", "] not in skeleton.items
+
+
+def test_draft_copies_the_value_from_the_prompt_then_closes_it_from_memory():
+    memory = StructureMemory(KINDS)
+    for name, surname, city in (("Ann", " Lee", "Oslo"), ("Bob", " Kay", "Rome"), ("Ann", " Kay", "Rome")):
+        memory.learn(_ids(*_answer(name, surname, city)), 0)
+    prompt = ["Name:", "Bob", " Lee", "; ", "x"]
+    tokens = _ids(*prompt, '{"', "name", '":"', "Bob")
+    # " Lee" copied from the prompt; the prompt's "; " ends the field; memory closes the value
+    assert propose_one(tokens, 5, memory) == [ID[" Lee"], ID['","'], ID["city"], ID['":"']]
 
 
 def test_draft_length_shrinks_with_the_batch():
