@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -85,7 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=128, help="requests per level and tool")
     parser.add_argument("--repeats", type=int, default=3, help="passes per level and tool; medians are reported")
     parser.add_argument("--out", default="benchmarks/crosscheck")
+    parser.add_argument(
+        "--server-cpus",
+        help="CPUs for the server, e.g. 0 (with --client-cpus: on a small machine a client competes with the "
+        "server for cores, and the lighter client makes the server look faster; pinning takes that out)",
+    )
+    parser.add_argument("--client-cpus", help="CPUs for both clients (ours and vllm bench), e.g. 1")
     args = parser.parse_args(argv)
+    if bool(args.server_cpus) != bool(args.client_cpus):
+        parser.error("give both --server-cpus and --client-cpus, or neither")
+    if args.client_cpus:
+        # this process runs our client; vllm bench, started from here, inherits the same CPUs
+        os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     scenario = load_scenario("order_extraction")
@@ -97,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     deployer = LocalDeployer(out / "logs")
     # No prefix caching: otherwise whichever tool goes second finds every prompt cached (a lower TTFT).
     server_args = [*load_config().server_args, "--no-enable-prefix-caching"]
-    spec = ServerSpec("baseline", str(DEFAULT_MODEL), "tiny-json", python_launcher(), server_args, cpu_server_env())
+    launcher = ["taskset", "-c", args.server_cpus, *python_launcher()] if args.server_cpus else python_launcher()
+    spec = ServerSpec("baseline", str(DEFAULT_MODEL), "tiny-json", launcher, server_args, cpu_server_env())
     rows = []
     try:
         endpoint = deployer.start(spec)
@@ -139,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Cross-check: our harness vs `vllm bench serve`",
         "",
-        f"Command: `python -m loadtests.crosscheck --levels {args.levels} --requests {args.requests} --repeats {args.repeats}`. "
-        "Medians over the repeats. Same stock vLLM "
+        f"Command: `python -m loadtests.crosscheck --levels {args.levels} --requests {args.requests} --repeats {args.repeats}"
+        + (f" --server-cpus {args.server_cpus} --client-cpus {args.client_cpus}" if args.server_cpus else "")
+        + "`. Medians over the repeats. "
+        + ("Server pinned to its own CPUs, both clients to others. " if args.server_cpus else "")
+        + "Same stock vLLM "
         "CPU server (embedded model, prefix caching off so neither tool finds the other's prompts cached), same held-out order_extraction prompts (JSON asked in the prompt), temperature 0, "
         "max_tokens 512, no ignore_eos; the tools take turns at each level. TTFT: ours is the first chunk with content, "
         "vLLM's the first chunk with choices (vLLM sends the role with the first token, so they coincide).",
