@@ -1,6 +1,7 @@
 """ASGI middleware loaded into vLLM's OpenAI server (``--middleware``): the default response format,
-and the ``/dspark/status`` endpoint. Configured through the DSPARK_STATUS environment variable, which
-the launcher sets before vLLM starts."""
+the ``/dspark/status`` endpoint, and DSpark's Prometheus metrics beside vLLM's on ``/metrics``
+(drafted and accepted tokens are vLLM's own ``vllm:spec_decode_*`` counters). Configured through the
+DSPARK_STATUS environment variable, which the launcher sets before vLLM starts."""
 
 from __future__ import annotations
 
@@ -8,8 +9,16 @@ import json
 import os
 from typing import Any
 
+from prometheus_client import Counter, Gauge
+
 STATUS_PATH = "/dspark/status"
 CHAT_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+DEFAULTED_TO_JSON = Counter(
+    "dspark_default_json_requests", "Requests without response_format that --response-format json constrained to JSON"
+)
+ACTIVE = Gauge("dspark_info", "What DSpark turned on (value 1)", ["drafter", "speculative_length", "response_format"])
+SCHEMAS_COMPILED = Gauge("dspark_schemas_compiled", "Schemas compiled into the grammar cache at start-up")
 
 
 def status() -> dict[str, Any]:
@@ -35,6 +44,11 @@ class DSparkMiddleware:
         self.app = app
         self.facts = status()
         self.default_json = self.facts.get("response_format") == "json"
+        if self.facts.get("enabled"):
+            ACTIVE.labels(
+                str(self.facts.get("drafter")), str(self.facts.get("speculative_length")), str(self.facts.get("response_format"))
+            ).set(1)
+            SCHEMAS_COMPILED.set_function(lambda: float(_live_facts().get("schemas_compiled", 0)))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -52,7 +66,9 @@ class DSparkMiddleware:
                 message = await receive()
                 body += message.get("body", b"")
                 more = message.get("more_body", False)
-            body = with_default_format(body)
+            original, body = body, with_default_format(body)
+            if body is not original:
+                DEFAULTED_TO_JSON.inc()
             headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
             headers.append((b"content-length", str(len(body)).encode()))
             scope = {**scope, "headers": headers}

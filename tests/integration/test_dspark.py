@@ -88,6 +88,10 @@ def test_lossless_and_speculation_accepted(servers, arm):
 def test_default_json_for_requests_without_response_format(servers):
     sample = next(load_scenario("review_sentiment").samples(Split.EVAL, 1))
     json.loads(_complete(servers["dspark"], sample, None))
+    metrics = httpx.get(f"{servers['dspark'].base_url}/metrics", timeout=10).text
+    defaulted = [line for line in metrics.splitlines() if line.startswith("dspark_default_json_requests_total")]
+    assert defaulted and float(defaulted[0].split()[-1]) >= 1  # DSpark's counters sit beside vLLM's
+    assert 'dspark_info{drafter="draft_model"' in metrics
     # plain text stays plain text when the request says so
     qa = next(load_scenario("freeform_qa").samples(Split.EVAL, 1))
     assert not _complete(servers["dspark"], qa, {"type": "text"}).lstrip().startswith("{")
