@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-SKELETON_CONTEXT = 4  # skeleton items that key the structure memory
+SKELETON_CONTEXT = 5  # skeleton items that key the structure memory (4 confuses user.name with items[].name)
 MIN_SEEN = 3
 MIN_SHARE = 0.9
 COPY_NGRAM = (2, 5)  # shortest and longest suffix matched for prompt copy
@@ -41,8 +41,10 @@ VERIFY_BUDGET = int(os.environ.get("DSPARK_VERIFY_BUDGET", "64"))
 # Token kinds, from each token's text. *_Q: the same punctuation with a quote in it (only those can end a
 # string value: an address's ", " is part of the value).
 # OPENS_STRING: opens a string value ('":"'); OPENS_BARE: a number, literal, object or array (':', '[').
-WORD, DELIMITER, OPENS_KEY, OPENS_KEY_Q, OPENS_STRING, OPENS_BARE, OPENS_BARE_Q, PUNCT, PUNCT_Q = range(9)
+# BRACKET: unquoted punctuation with a bracket; structure in JSON, but ends a copy inside a string value.
+WORD, DELIMITER, OPENS_KEY, OPENS_KEY_Q, OPENS_STRING, OPENS_BARE, OPENS_BARE_Q, PUNCT, PUNCT_Q, BRACKET = range(10)
 QUOTED = {OPENS_KEY_Q: OPENS_KEY, OPENS_STRING: OPENS_STRING, OPENS_BARE_Q: OPENS_BARE, PUNCT_Q: PUNCT}
+ENDS_COPY = (DELIMITER, BRACKET)
 VALUE = -1  # the skeleton's marker for a value's tokens
 JSON_PUNCT = set('{}[]":,')
 FIELD_DELIMITERS = set(";；。，\n（）()")
@@ -59,7 +61,9 @@ def token_kind(text: str) -> int:
             return OPENS_STRING
         if core.endswith((":", "[")):
             return OPENS_BARE_Q if quoted else OPENS_BARE
-        return PUNCT_Q if quoted else PUNCT
+        if quoted:
+            return PUNCT_Q
+        return BRACKET if any(c in "{}[]" for c in core) else PUNCT
     if any(c in FIELD_DELIMITERS for c in text):
         return DELIMITER
     return WORD
@@ -78,20 +82,24 @@ class Skeleton:
         self.items: list[int] = []
         self.in_value = False  # the last punctuation opened a value
         self.in_string = False  # ... and that value is a string (only a quote can end it)
+        self.pushed = 0  # tokens seen
+        self.value_from = 0  # ... when the current value opened
 
     def structural(self, token: int) -> bool:
         """Whether ``token`` is JSON structure here (a comma inside a string value is not)."""
         kind = int(self.kinds[token]) if token < len(self.kinds) else WORD
         if kind in QUOTED:
             return True
-        return kind in (OPENS_KEY, OPENS_BARE, PUNCT) and not (self.in_value and self.in_string)
+        return kind in (OPENS_KEY, OPENS_BARE, PUNCT, BRACKET) and not (self.in_value and self.in_string)
 
     def push(self, token: int) -> None:
+        self.pushed += 1
         if self.structural(token):
             kind = QUOTED.get(int(self.kinds[token]), int(self.kinds[token]))
             self.items.append(token)
             self.in_value = kind in (OPENS_STRING, OPENS_BARE)
             self.in_string = kind == OPENS_STRING
+            self.value_from = self.pushed
         elif self.in_value:
             if not self.items or self.items[-1] != VALUE:
                 self.items.append(VALUE)
@@ -153,25 +161,63 @@ def copy_candidates(tokens: np.ndarray, k: int, ngram: tuple[int, int] = COPY_NG
     return []
 
 
-def propose_one(tokens: np.ndarray, k: int, memory: StructureMemory) -> list[int]:
+class TextCopy:
+    """Copy by text where token ids differ: a value's first word is tokenised without the space it has
+    in the prompt ("Joshua" vs " Joshua"), so id matching misses it. Finds the value's text so far in the
+    text before it and proposes the tokens of what follows, up to the prompt field's end."""
+
+    def __init__(self, tokenizer, max_chars: int = 80) -> None:
+        self.tokenizer = tokenizer
+        self.max_chars = max_chars
+
+    def __call__(self, tokens: np.ndarray, value_length: int, k: int) -> list[int]:
+        if value_length <= 0 or value_length >= len(tokens):
+            return []
+        value_ids = tokens[-value_length:].tolist()
+        value = self.tokenizer.decode(value_ids)
+        if len(value.strip()) < 2:
+            return []  # too short to place
+        before = self.tokenizer.decode(tokens[:-value_length].tolist())
+        at = before.rfind(value)
+        if at < 0:
+            return []
+        rest = before[at + len(value) : at + len(value) + self.max_chars]
+        end = next((i for i, c in enumerate(rest) if c in FIELD_DELIMITERS or c == '"'), len(rest))
+        if end == 0:
+            return []
+        tail = rest[:end].rstrip()
+        if not tail:
+            return []
+        ids = self.tokenizer.encode(value + tail, add_special_tokens=False)
+        if ids[: len(value_ids)] != value_ids:
+            return []  # the continuation would re-tokenise the value itself: no safe draft
+        return ids[len(value_ids) :][:k]
+
+
+def propose_one(tokens: np.ndarray, k: int, memory: StructureMemory, text_copy: TextCopy | None = None) -> list[int]:
     """The draft for one request whose tokens so far (prompt and output) are ``tokens``."""
     draft: list[int] = []
-    skeleton = memory.skeleton(tokens[-WINDOW:].tolist())
+    window = tokens[-WINDOW:]
+    skeleton = memory.skeleton(window.tolist())
     copy, position, searches = [], 0, 0
     while len(draft) < k:
         if position >= len(copy) and searches < 3:  # no copy yet, or it ran out or diverged: look again
             extended = np.concatenate([tokens, np.asarray(draft, dtype=tokens.dtype)]) if draft else tokens
-            # Inside a value one matching token is enough to start copying ("Joshua" -> " Bailey").
+            # Inside a value one matching token is enough to start copying ("ORD" -> "-2024...").
             ngram = (1, COPY_NGRAM[1]) if skeleton.inside_value else COPY_NGRAM
             copy, position, searches = copy_candidates(extended, k, ngram), 0, searches + 1
+            if skeleton.inside_value and text_copy is not None:
+                by_text = text_copy(extended, skeleton.pushed - skeleton.value_from, k)
+                if by_text and (not copy or memory.kinds[copy[0]] in ENDS_COPY or len(by_text) > len(copy)):
+                    copy = by_text
         copied = copy[position] if position < len(copy) else None
         copied_kind = int(memory.kinds[copied]) if copied is not None and copied < len(memory.kinds) else WORD
         remembered = memory.predict(skeleton)
-        if skeleton.in_value and copied is not None and copied_kind != DELIMITER and not skeleton.structural(copied):
+        if skeleton.in_value and copied is not None and copied_kind not in ENDS_COPY and not skeleton.structural(copied):
             token = copied  # inside a value: keep copying the input
         elif remembered is not None:
             token = remembered  # structure: what the answers always did here
-        elif copied is not None and copied_kind != DELIMITER:
+        elif copied is not None and copied_kind not in ENDS_COPY:
             token = copied
         else:
             break
@@ -198,6 +244,7 @@ class JsonDrafter:
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         tokenizer = AutoTokenizer.from_pretrained(vllm_config.model_config.tokenizer)
         self.memory = StructureMemory(token_kinds(tokenizer))
+        self.text_copy = TextCopy(tokenizer)
 
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None) -> list[list[int]]:
         k = draft_length(self.k, sum(1 for s in sampled_token_ids if len(s)))
@@ -210,7 +257,7 @@ class JsonDrafter:
             tokens = token_ids_cpu[i, :length]
             self.memory.learn(tokens, length - len(sampled))
             room = min(k, self.max_model_len - length - 1)
-            drafts.append(propose_one(tokens, room, self.memory) if room > 0 else [])
+            drafts.append(propose_one(tokens, room, self.memory, self.text_copy) if room > 0 else [])
         return drafts
 
     def load_model(self, *args, **kwargs) -> None:

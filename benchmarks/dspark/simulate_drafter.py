@@ -15,14 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from engine_patch.drafter import StructureMemory, propose_one, token_kinds
+from engine_patch.drafter import StructureMemory, TextCopy, propose_one, token_kinds
 from models.tokenizer import load_tokenizer
 from scenarios import Split, load_scenario
 
 
-def replay(run_dir: Path, arm: str, k: int, model: str) -> tuple[int, float]:
+def replay(run_dir: Path, arm: str, k: int, model: str, use_text_copy: bool = True) -> tuple[int, float]:
     tok = load_tokenizer(Path(model))
     memory = StructureMemory(token_kinds(tok))
+    text_copy = TextCopy(tok) if use_text_copy else None
     rows = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text(encoding="utf-8").splitlines()]
     rows = sorted((r for r in rows if r["arm"] == arm and r["verdict"] == "valid"), key=lambda r: r["t_send"])
     steps = tokens = 0
@@ -37,7 +38,7 @@ def replay(run_dir: Path, arm: str, k: int, model: str) -> tuple[int, float]:
         memory.learn(seq[:position], len(prompt_ids))
         while position < len(seq):
             accepted = 0
-            for token in propose_one(seq[:position], k, memory):
+            for token in propose_one(seq[:position], k, memory, text_copy):
                 if position + accepted >= len(seq) or seq[position + accepted] != token:
                     break
                 accepted += 1
@@ -55,8 +56,9 @@ def main() -> None:
     parser.add_argument("--arm", default="baseline-constrained", help="whose recorded answers to replay")
     parser.add_argument("-k", type=int, default=12, help="draft length")
     parser.add_argument("--model", default="models/tiny-json", help="model folder with the tokenizer")
+    parser.add_argument("--no-text-copy", action="store_true", help="copy by token ids only")
     args = parser.parse_args()
-    count, length = replay(args.run_dir, args.arm, args.k, args.model)
+    count, length = replay(args.run_dir, args.arm, args.k, args.model, not args.no_text_copy)
     print(f"{count} answers of {args.arm}, k={args.k}: mean acceptance length {length:.2f}")
 
 

@@ -59,9 +59,9 @@ def test_a_comma_inside_a_string_value_is_part_of_the_value():
 
 def test_draft_copies_the_value_from_the_prompt_then_closes_it_from_memory():
     memory = StructureMemory(KINDS)
-    for name, surname, city in (("Ann", " Lee", "Oslo"), ("Bob", " Kay", "Rome"), ("Ann", " Kay", "Rome")):
-        memory.learn(_ids(*_answer(name, surname, city)), 0)
     prompt = ["Name:", "Bob", " Lee", "; ", "x"]
+    for name, surname, city in (("Ann", " Lee", "Oslo"), ("Bob", " Kay", "Rome"), ("Ann", " Kay", "Rome")):
+        memory.learn(_ids(*prompt, *_answer(name, surname, city)), len(prompt))
     tokens = _ids(*prompt, '{"', "name", '":"', "Bob")
     # " Lee" copied from the prompt; the prompt's "; " ends the field; memory closes the value
     assert propose_one(tokens, 5, memory) == [ID[" Lee"], ID['","'], ID["city"], ID['":"']]
