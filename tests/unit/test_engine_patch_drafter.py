@@ -71,3 +71,16 @@ def test_draft_length_shrinks_with_the_batch():
     assert draft_length(8, 1, budget=64) == 8
     assert draft_length(8, 8, budget=64) == 7
     assert draft_length(8, 64, budget=64) == 0
+
+
+def test_text_copy_finds_a_value_whose_first_token_differs_from_the_prompts():
+    from engine_patch.drafter import TextCopy
+    from models.tokenizer import load_tokenizer
+
+    tok = load_tokenizer("models/tiny-json")
+    prompt = tok.encode("Recipient: Joshua Bailey; Address: 12 Elm Road", add_special_tokens=False)
+    opened = tok.encode('{"name":"', add_special_tokens=False)
+    value = tok.encode("Joshua", add_special_tokens=False)
+    assert value[0] not in prompt  # "Joshua" here, " Joshua" in the prompt: id matching cannot find it
+    tokens = np.array(prompt + opened + value, dtype=np.int32)
+    assert tok.decode(TextCopy(tok)(tokens, len(value), 5)) == " Bailey"  # and stops at the field's ";"
