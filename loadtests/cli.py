@@ -21,6 +21,7 @@ from loadtests.deploy import DeployError
 from loadtests.sweep import RunAborted, run_sweep
 from reports import load_results, render_html
 from reports.gate import GateError, evaluate, format_checks, load_thresholds
+from reports.html import render_comparison
 from reports.tables import format_summary, summary_frame
 
 
@@ -79,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="re-render the HTML page and summary of a saved run (or build them from a Locust run's records)"
     )
     report.add_argument("run_dir")
+    report.add_argument(
+        "--compare", metavar="OTHER_RUN", help="also write compare.html: RUN_DIR (before) against OTHER_RUN (after)"
+    )
     ui = sub.add_parser(
         "ui",
         help="deploy one arm and open Locust's web UI on it; Ctrl-C ends it and writes the report",
@@ -229,6 +233,14 @@ def main(argv: list[str] | None = None) -> int:
                 json.dumps(results, indent=1, ensure_ascii=False, default=str), encoding="utf-8"
             )
         _report(run_dir)
+        if args.compare:
+            other = Path(args.compare)
+            if not (other / "results.json").exists():
+                raise ConfigError(f"--compare {other}: no results.json there; give a run folder made by 'bench'")
+            page = render_comparison(
+                load_results(run_dir), load_results(other), (run_dir.name, other.name), run_dir / "compare.html"
+            )
+            print(f"comparison: {page}")
         return 0
     except (ConfigError, GateError) as exc:
         print(f"error: {exc}", file=sys.stderr)

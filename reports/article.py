@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,15 @@ INVALID = {"parse_error", "schema_violation"}
 
 
 def load_records(run_dir: Path) -> pd.DataFrame:
+    """A run's non-warm-up records (requests.jsonl, or requests.jsonl.gz as committed in benchmarks/)."""
     path = Path(run_dir) / "requests.jsonl"
-    if not path.exists():
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+    elif path.with_suffix(".jsonl.gz").exists():
+        text = gzip.decompress(path.with_suffix(".jsonl.gz").read_bytes()).decode("utf-8")
+    else:
         return pd.DataFrame()
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     df = pd.DataFrame(rows)
     if df.empty:
         return df

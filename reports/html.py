@@ -24,9 +24,21 @@ th{background:#f3f3f3}code,pre{background:#f6f6f6;padding:.1rem .3rem;font-size:
 """
 
 
-def _plot(summary, value: str, ylabel: str, log_y: bool = False) -> str:
-    fig, axes = plt.subplots(1, max(1, summary["scenario"].nunique()), figsize=(7, 3.5), squeeze=False)
-    for ax, (scenario, part) in zip(axes[0], summary.groupby("scenario"), strict=False):
+def _png(fig, alt: str) -> str:
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
+
+
+def _plot(frame, value: str, ylabel: str, log_y: bool = False) -> str:
+    """One line per arm against concurrency, a panel per scenario (median over repeats)."""
+    if value not in frame or frame[value].isna().all():
+        return ""
+    frame = frame.groupby(["scenario", "level", "arm"], as_index=False)[value].median()
+    fig, axes = plt.subplots(1, max(1, frame["scenario"].nunique()), figsize=(7, 3.5), squeeze=False)
+    for ax, (scenario, part) in zip(axes[0], frame.groupby("scenario"), strict=False):
         for arm, rows in part.groupby("arm"):
             ax.plot(rows["level"], rows[value], marker="o", label=arm)
         ax.set_xscale("log", base=2)
@@ -37,11 +49,28 @@ def _plot(summary, value: str, ylabel: str, log_y: bool = False) -> str:
         ax.set_title(scenario)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    return f'<img alt="{html.escape(ylabel)}" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
+    return _png(fig, ylabel)
+
+
+def _invalid_stacked(detail) -> str:
+    """Invalid rate by category, stacked, per arm (all levels together)."""
+    columns = [
+        c
+        for c in ("rate_parse_error", "rate_schema_violation", "rate_truncated", "rate_http_error", "rate_timeout")
+        if c in detail
+    ]
+    if not columns or detail.empty:
+        return ""
+    rates = detail.groupby("arm")[columns].mean()
+    fig, ax = plt.subplots(figsize=(7, 3.0))
+    bottom = None
+    for column in columns:
+        ax.bar(rates.index, rates[column] * 100, bottom=bottom, label=column.removeprefix("rate_"))
+        bottom = rates[column] * 100 if bottom is None else bottom + rates[column] * 100
+    ax.set_ylabel("invalid answers (%)")
+    ax.legend(fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    return _png(fig, "invalid answers by category")
 
 
 def _invalid_samples(records, per_category: int = 20) -> list[str]:
@@ -106,11 +135,56 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
             "<h2>Summary (median over repeats)</h2>",
             summary.to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-"),
             _plot(summary, "eff tok/s", "effective JSON tokens/s"),
+            _plot(summary, "raw tok/s", "raw output tokens/s"),
+            _plot(summary, "x baseline", "speed-up: effective tok/s / baseline's"),
+            _plot(levels_frame(results), "latency_p50_ms", "P50 latency (ms)", log_y=True),
             _plot(summary, "P95 ms", "P95 latency (ms)", log_y=True),
+            _plot(levels_frame(results), "latency_p99_ms", "P99 latency (ms)", log_y=True),
+            _plot(summary, "TTFT P50 ms", "TTFT P50 (ms)", log_y=True),
+            _plot(levels_frame(results), "server:mean_acceptance_length", "speculative mean acceptance length"),
+            _invalid_stacked(levels_frame(results)),
         ]
         parts += _invalid_samples(records)
         detail = levels_frame(results)
         parts += ["<h2>Every level</h2>", detail.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")]
     parts.append("</body></html>")
     out_path.write_text("\n".join(parts), encoding="utf-8")
+    return out_path
+
+
+def comparison_frame(before: dict[str, Any], after: dict[str, Any]):
+    """Per (scenario, level, arm) present in both runs: effective tok/s and P95 before / after, and the change."""
+    a, b = summary_frame(before), summary_frame(after)
+    if a.empty or b.empty:
+        return a.iloc[0:0]
+    keys = ["scenario", "level", "arm"]
+    merged = a[[*keys, "eff tok/s", "P95 ms", "invalid JSON"]].merge(
+        b[[*keys, "eff tok/s", "P95 ms", "invalid JSON"]], on=keys, suffixes=(" before", " after")
+    )
+    merged["eff tok/s change"] = merged["eff tok/s after"] / merged["eff tok/s before"] - 1
+    merged["P95 change"] = merged["P95 ms after"] / merged["P95 ms before"] - 1
+    return merged
+
+
+def render_comparison(before: dict[str, Any], after: dict[str, Any], names: tuple[str, str], out_path: Path) -> Path:
+    """Two runs side by side (e.g. before and after an engine upgrade), self-contained like the run page."""
+    esc = html.escape
+    table = comparison_frame(before, after)
+    formatters = {c: (lambda v: f"{v:+.1%}") for c in ("eff tok/s change", "P95 change")}
+    formatters.update({c: (lambda v: f"{v:.2%}") for c in ("invalid JSON before", "invalid JSON after")})
+    facts = "".join(
+        f"<li><b>{esc(name)}</b>: started {esc(str(run.get('started')))}, git {esc(str(run.get('machine', {}).get('git_commit')))}, "
+        f"versions {esc(str(run.get('machine', {}).get('versions')))}</li>"
+        for name, run in zip(names, (before, after), strict=True)
+    )
+    body = (
+        table.to_html(index=False, formatters=formatters, float_format=lambda v: f"{v:.1f}", na_rep="-")
+        if not table.empty
+        else "<p>No (scenario, level, arm) in common.</p>"
+    )
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Comparison</title><style>{STYLE}</style></head><body>"
+        f"<h1>Run comparison: {esc(names[0])} &rarr; {esc(names[1])}</h1><ul>{facts}</ul>{body}</body></html>"
+    )
+    out_path.write_text(page, encoding="utf-8")
     return out_path

@@ -27,3 +27,16 @@ def test_page_is_offline_and_escapes_model_output(tmp_path):
     assert "parse_error: 2 answer(s)" in page and "&lt;m&gt;" in page
     # nothing is fetched from the network: no external src/href
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+
+
+def test_two_runs_side_by_side(tmp_path):
+    from reports.html import comparison_frame, render_comparison
+
+    def run(eff, p95):
+        metrics = {"effective_tok_s": eff, "latency_p95_ms": p95, "invalid_json_rate": 0.0}
+        return {"levels": [{"arm": "dspark", "scenario": "s", "mode": "m", "level": 1, "repeat": 0, "metrics": metrics}]}
+
+    table = comparison_frame(run(100.0, 500.0), run(150.0, 400.0))
+    assert list(table["eff tok/s change"].round(3)) == [0.5] and list(table["P95 change"].round(3)) == [-0.2]
+    page = render_comparison(run(100.0, 500.0), run(150.0, 400.0), ("v1", "v2"), tmp_path / "c.html").read_text()
+    assert "+50.0%" in page and "-20.0%" in page and "v1 &rarr; v2" in page
