@@ -84,6 +84,7 @@ class Skeleton:
         self.in_string = False  # ... and that value is a string (only a quote can end it)
         self.pushed = 0  # tokens seen
         self.value_from = 0  # ... when the current value opened
+        self.json_seen = False  # quoted JSON punctuation seen: this stream is (or is about to be) JSON
 
     def structural(self, token: int) -> bool:
         """Whether ``token`` is JSON structure here (a comma inside a string value is not)."""
@@ -95,6 +96,7 @@ class Skeleton:
     def push(self, token: int) -> None:
         self.pushed += 1
         if self.structural(token):
+            self.json_seen = self.json_seen or int(self.kinds[token]) in QUOTED
             kind = QUOTED.get(int(self.kinds[token]), int(self.kinds[token]))
             self.items.append(token)
             self.in_value = kind in (OPENS_STRING, OPENS_BARE)
@@ -127,8 +129,9 @@ class StructureMemory:
             skeleton.push(int(token))
         return skeleton
 
-    def learn(self, tokens: np.ndarray, start: int) -> None:
-        """Record ``tokens[start:]`` at structural positions, each after the skeleton before it."""
+    def learn(self, tokens: np.ndarray, start: int) -> Skeleton:
+        """Record ``tokens[start:]`` at structural positions, each after the skeleton before it; returns
+        the skeleton of the whole window (what ``propose_one`` starts from)."""
         if len(self.counts) > MAX_MEMORY:
             self.counts.clear()
         skeleton = self.skeleton(tokens[max(0, start - WINDOW) : start])
@@ -138,6 +141,7 @@ class StructureMemory:
                 nexts = self.counts[skeleton.context()]
                 nexts[token] = nexts.get(token, 0) + 1
             skeleton.push(token)
+        return skeleton
 
     def predict(self, skeleton: Skeleton) -> int | None:
         """The continuation the outputs so far took (nearly) every time after this skeleton, if any."""
@@ -194,11 +198,15 @@ class TextCopy:
         return ids[len(value_ids) :][:k]
 
 
-def propose_one(tokens: np.ndarray, k: int, memory: StructureMemory, text_copy: TextCopy | None = None) -> list[int]:
-    """The draft for one request whose tokens so far (prompt and output) are ``tokens``."""
+def propose_one(
+    tokens: np.ndarray, k: int, memory: StructureMemory, text_copy: TextCopy | None = None, skeleton: Skeleton | None = None
+) -> list[int]:
+    """The draft for one request whose tokens so far (prompt and output) are ``tokens`` (``skeleton``: of
+    their last WINDOW tokens, when the caller has it). No draft for plain text: no JSON in sight."""
     draft: list[int] = []
-    window = tokens[-WINDOW:]
-    skeleton = memory.skeleton(window.tolist())
+    skeleton = skeleton or memory.skeleton(tokens[-WINDOW:].tolist())
+    if not skeleton.json_seen:
+        return draft  # free text (freeform answers): drafts would cost verification and rarely land
     copy, position, searches = [], 0, 0
     while len(draft) < k:
         if position >= len(copy) and searches < 3:  # no copy yet, or it ran out or diverged: look again
@@ -248,6 +256,8 @@ class JsonDrafter:
 
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None) -> list[list[int]]:
         k = draft_length(self.k, sum(1 for s in sampled_token_ids if len(s)))
+        if k == 0:  # compute-bound: no drafts, and no drafter work on the critical path either
+            return [[] for _ in sampled_token_ids]
         drafts: list[list[int]] = []
         for i, sampled in enumerate(sampled_token_ids):
             length = int(num_tokens_no_spec[i])
@@ -255,9 +265,9 @@ class JsonDrafter:
                 drafts.append([])
                 continue
             tokens = token_ids_cpu[i, :length]
-            self.memory.learn(tokens, length - len(sampled))
+            skeleton = self.memory.learn(tokens, length - len(sampled))
             room = min(k, self.max_model_len - length - 1)
-            drafts.append(propose_one(tokens, room, self.memory, self.text_copy) if room > 0 else [])
+            drafts.append(propose_one(tokens, room, self.memory, self.text_copy, skeleton) if room > 0 else [])
         return drafts
 
     def load_model(self, *args, **kwargs) -> None:

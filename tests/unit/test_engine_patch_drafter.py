@@ -84,3 +84,9 @@ def test_text_copy_finds_a_value_whose_first_token_differs_from_the_prompts():
     assert value[0] not in prompt  # "Joshua" here, " Joshua" in the prompt: id matching cannot find it
     tokens = np.array(prompt + opened + value, dtype=np.int32)
     assert tok.decode(TextCopy(tok)(tokens, len(value), 5)) == " Bailey"  # and stops at the field's ";"
+
+
+def test_no_draft_for_plain_text():
+    memory = StructureMemory(KINDS)
+    prompt = ["Name:", "Bob", " Lee", "; ", "x", "Name:", "Bob"]  # a repeat a copy would draft from, but no JSON
+    assert propose_one(_ids(*prompt), 5, memory) == []
