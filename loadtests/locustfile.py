@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import gevent
 import httpx
 from geventhttpclient import HTTPClient
 from geventhttpclient.url import URL
@@ -100,6 +101,13 @@ class ChatCompletionsUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
+        # Under Locust's CLI the plan is built by the init hook, which asks the server for its model; a
+        # worker process can be told to spawn users before that answer is back.
+        deadline = time.monotonic() + 30
+        while getattr(self.environment, "plan", None) is None:
+            if time.monotonic() > deadline:
+                raise StopUser()
+            gevent.sleep(0.05)
         # geventhttpclient (the client behind Locust's FastHttpUser) parses HTTP in C: at 64 streams on a
         # small machine a pure-Python client takes CPU from the server under test and reads chunks late.
         self.http = HTTPClient.from_url(
@@ -237,7 +245,7 @@ def _plan_from_cli(environment, **_kwargs) -> None:
     else:
         sink = RecordSink(Path(options.run_dir))
         if isinstance(runner, MasterRunner):
-            runner.register_message(RECORD_MESSAGE, lambda message, **_: sink.write(RequestRecord.from_dict(message.data)))
+            runner.register_message(RECORD_MESSAGE, lambda msg, **_: sink.write(RequestRecord.from_dict(msg.data)))
     model = options.served_model or httpx.get(f"{environment.host}/v1/models", timeout=10).json()["data"][0]["id"]
     start, stop = scenario.splits[Split.EVAL]
     environment.plan = LevelPlan(

@@ -151,11 +151,21 @@ def test_two_local_workers_records_reach_the_master_once_each(vllm_server, tmp_p
     records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     ids = [r["request_id"] for r in records]
     assert len(ids) == len(set(ids)) >= 4  # nothing doubled
-    assert len({i.split(".")[-2] for i in ids}) == 2  # both workers' answers reached the master's folder
+    tickets: dict[str, set[int]] = {}
+    for request_id in ids:
+        worker, number = request_id.split(".")[-2:]
+        tickets.setdefault(worker, set()).add(int(number))
+    assert len(tickets) == 2  # both workers' answers reached the master's folder
+    for numbers in tickets.values():
+        # nothing lost: every ticket a worker issued has its record, except requests still in flight at
+        # the time limit (each of the worker's 2 users can have one)
+        missing = set(range(max(numbers) + 1)) - numbers
+        assert len(missing) <= 2 and all(n > max(numbers) - 4 for n in missing), sorted(missing)
     with open(f"{csv}_stats.csv") as f:
+        header = f.readline().strip().split(",")
         aggregated = [line.split(",") for line in f if ",Aggregated," in line][0]
-    header = open(f"{csv}_stats.csv").readline().strip().split(",")
-    assert int(aggregated[header.index("Request Count")]) == len(records)  # nothing lost
+    # Locust's own count can trail ours: a worker's last stats report may not reach the master at quit
+    assert 0 < int(aggregated[header.index("Request Count")]) <= len(records)
     assert len(list((tmp_path / "responses" / "dist").glob("*.json"))) == len(records)
 
 
