@@ -66,3 +66,19 @@ def test_the_committed_thresholds_file_loads():
     thresholds = load_thresholds("benchmarks/gate/thresholds.yaml")
     assert thresholds.bench_config and thresholds.bench_config.is_file()
     assert thresholds.min_speedup["dspark"][1] > 1
+
+
+def test_gate_command_on_the_committed_reference_run(tmp_path, capsys):
+    import shutil
+
+    from loadtests.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy("benchmarks/gate/reference/results.json", run / "results.json")
+    assert main(["gate", "--run", str(run)]) == 0  # the committed thresholds hold on the reference itself
+    strict = tmp_path / "strict.yaml"
+    strict.write_text("min_speedup: {dspark: {1: 10.0}}\n")
+    assert main(["gate", "--run", str(run), "--thresholds", str(strict)]) == 1
+    assert "FAIL" in capsys.readouterr().out and (run / "gate.json").exists()
+    assert main(["gate", "--run", str(run), "--thresholds", str(tmp_path / "none.yaml")]) == 2
