@@ -131,21 +131,21 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
                     table.to_html(index=False, na_rep="-"),
                 ]
     if not summary.empty:
+        detail = levels_frame(results)
         parts += [
             "<h2>Summary (median over repeats)</h2>",
             summary.to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-"),
             _plot(summary, "eff tok/s", "effective JSON tokens/s"),
             _plot(summary, "raw tok/s", "raw output tokens/s"),
             _plot(summary, "x baseline", "speed-up: effective tok/s / baseline's"),
-            _plot(levels_frame(results), "latency_p50_ms", "P50 latency (ms)", log_y=True),
+            _plot(detail, "latency_p50_ms", "P50 latency (ms)", log_y=True),
             _plot(summary, "P95 ms", "P95 latency (ms)", log_y=True),
-            _plot(levels_frame(results), "latency_p99_ms", "P99 latency (ms)", log_y=True),
+            _plot(detail, "latency_p99_ms", "P99 latency (ms)", log_y=True),
             _plot(summary, "TTFT P50 ms", "TTFT P50 (ms)", log_y=True),
-            _plot(levels_frame(results), "server:mean_acceptance_length", "speculative mean acceptance length"),
-            _invalid_stacked(levels_frame(results)),
+            _plot(detail, "server:mean_acceptance_length", "speculative mean acceptance length"),
+            _invalid_stacked(detail),
         ]
         parts += _invalid_samples(records)
-        detail = levels_frame(results)
         parts += ["<h2>Every level</h2>", detail.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")]
     parts.append("</body></html>")
     out_path.write_text("\n".join(parts), encoding="utf-8")
