@@ -220,10 +220,9 @@ def propose_one(
                     copy = by_text
         copied = copy[position] if position < len(copy) else None
         copied_kind = int(memory.kinds[copied]) if copied is not None and copied < len(memory.kinds) else WORD
-        remembered = memory.predict(skeleton)
         if skeleton.in_value and copied is not None and copied_kind not in ENDS_COPY and not skeleton.structural(copied):
             token = copied  # inside a value: keep copying the input
-        elif remembered is not None:
+        elif (remembered := memory.predict(skeleton)) is not None:
             token = remembered  # structure: what the answers always did here
         elif copied is not None and copied_kind not in ENDS_COPY:
             token = copied

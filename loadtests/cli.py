@@ -163,14 +163,13 @@ def execute(config) -> tuple[int, Path]:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from loadtests.ui import results_from_records, run_ui
+    from loadtests.ui import run_ui, write_results_from_records
 
     overrides = {k: getattr(args, k) for k in ("model", "scenarios", "mode", "api_key_env", "output_dir", "run_name")}
     overrides["urls"] = _urls(args.url)
     config = load_config(None if args.config is None else args.config, arms=args.arm, **overrides)
     status, run_dir, arms = run_ui(config, args.arm, args.web_port, args.workers)
-    results = results_from_records(run_dir, config, arms)
-    (run_dir / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+    write_results_from_records(run_dir, config, arms)
     _report(run_dir)
     return 0 if status in (0, 1) else status  # Locust exits 1 when any answer failed validation
 
@@ -226,12 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (run_dir / "results.json").exists():
             if not (run_dir / "requests.jsonl").exists():
                 raise ConfigError(f"{run_dir} has neither results.json nor requests.jsonl; give a run folder")
-            from loadtests.ui import results_from_records  # a Locust-only run (web UI, master/worker)
+            from loadtests.ui import write_results_from_records  # a Locust-only run (web UI, master/worker)
 
-            results = results_from_records(run_dir, load_config(), {})
-            (run_dir / "results.json").write_text(
-                json.dumps(results, indent=1, ensure_ascii=False, default=str), encoding="utf-8"
-            )
+            write_results_from_records(run_dir, load_config(), {})
         _report(run_dir)
         if args.compare:
             other = Path(args.compare)

@@ -10,6 +10,7 @@ folder. Across machines, start workers yourself with
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections import defaultdict
@@ -40,8 +41,9 @@ def locust_command(
     return command
 
 
-def results_from_records(run_dir: Path, config: RunConfig, arms: dict[str, Any]) -> dict[str, Any]:
-    """A results.json for a UI run: one 'level' per (arm, scenario, mode, user count) seen in the records."""
+def write_results_from_records(run_dir: Path, config: RunConfig, arms: dict[str, Any]) -> Path:
+    """results.json for a Locust-driven run (web UI, master/worker): one 'level' per (arm, scenario,
+    mode, user count) seen in the records."""
     groups = defaultdict(list)
     path = run_dir / "requests.jsonl"
     for record in read_records(path) if path.exists() else []:
@@ -50,7 +52,7 @@ def results_from_records(run_dir: Path, config: RunConfig, arms: dict[str, Any])
         {"arm": arm, "scenario": scenario, "mode": mode, "level": level, "repeat": 0, "metrics": level_metrics(rows).as_dict()}
         for (arm, scenario, mode, level), rows in sorted(groups.items())
     ]
-    return {
+    results = {
         "complete": True,
         "error": None,
         "started": run_dir.name,
@@ -61,6 +63,9 @@ def results_from_records(run_dir: Path, config: RunConfig, arms: dict[str, Any])
         "levels": levels,
         "source": "Locust web UI run (levels are the user counts each answer was recorded at)",
     }
+    path = run_dir / "results.json"
+    path.write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+    return path
 
 
 def run_ui(config: RunConfig, arm: str, web_port: int = 8089, workers: int = 0) -> tuple[int, Path, dict[str, Any]]:
