@@ -16,7 +16,7 @@ REQUESTS ?=
 BENCH_CONFIG ?= loadtests/configs/cpu-default.yaml
 BENCH_ARGS ?=
 
-.PHONY: install bench bench-dspark ui gate test test-unit test-integration lint model eval clean
+.PHONY: install browser bench bench-dspark ui gate test test-unit test-integration lint model eval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ endif
 
 install: $(STAMP)
 
+# Debian's chromium, for the report's headless-browser test (tests/integration/test_report_browser.py)
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+$(CHROMIUM):
+	$(SUDO) apt-get install -y -q chromium || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
+
+browser: $(CHROMIUM)
+
 bench: install
 	$(PY) -m loadtests bench --config $(BENCH_CONFIG) $(if $(REQUESTS),--requests $(REQUESTS)) $(BENCH_ARGS)
 
@@ -44,13 +52,13 @@ ui: install
 gate: install
 	$(PY) -m loadtests gate --thresholds benchmarks/gate/thresholds.yaml $(GATE_ARGS)
 
-test: install
+test: install browser
 	$(PY) -m pytest -q
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration"
 
-test-integration: install
+test-integration: install browser
 	$(PY) -m pytest -q -m integration
 
 lint: install

@@ -20,7 +20,7 @@ STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#222;max-width:1200px}
 table{border-collapse:collapse;font-size:.85rem;margin:1rem 0}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}
 th{background:#f3f3f3}code,pre{background:#f6f6f6;padding:.1rem .3rem;font-size:.8rem;white-space:pre-wrap;word-break:break-all}
-.bad{color:#b00020}.ok{color:#1b5e20}
+.bad{color:#b00020}.ok{color:#1b5e20}.wide{overflow-x:auto;max-width:100%}
 """
 
 
@@ -146,7 +146,11 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
             _invalid_stacked(detail),
         ]
         parts += _invalid_samples(records)
-        parts += ["<h2>Every level</h2>", detail.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")]
+        parts += [
+            "<h2>Every level</h2><div class='wide'>",
+            detail.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"),
+            "</div>",
+        ]
     parts.append("</body></html>")
     out_path.write_text("\n".join(parts), encoding="utf-8")
     return out_path
