@@ -16,7 +16,7 @@ REQUESTS ?=
 BENCH_CONFIG ?= loadtests/configs/cpu-default.yaml
 BENCH_ARGS ?=
 
-.PHONY: install browser bench bench-dspark ui gate test test-unit test-integration lint model eval clean
+.PHONY: install browser gpustack bench bench-dspark ui gate test test-unit test-integration lint model eval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,20 @@ $(CHROMIUM):
 
 browser: $(CHROMIUM)
 
+# A real GPUStack server for the deployer's tests, in its own venv (its pins clash with vLLM's),
+# and the PostgreSQL server it needs, from Debian's packages.
+GPUSTACK_VERSION ?= 2.3.0
+GPUSTACK_VENV ?= .venv-gpustack
+GPUSTACK_STAMP := $(GPUSTACK_VENV)/.installed-$(GPUSTACK_VERSION)
+$(GPUSTACK_STAMP):
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || $(SUDO) apt-get install -y -q postgresql || \
+		($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q postgresql)
+	$(PYTHON) -m venv $(GPUSTACK_VENV)
+	$(GPUSTACK_VENV)/bin/python -m pip install -q "gpustack==$(GPUSTACK_VERSION)"
+	touch $(GPUSTACK_STAMP)
+
+gpustack: $(GPUSTACK_STAMP)
+
 bench: install
 	$(PY) -m loadtests bench --config $(BENCH_CONFIG) $(if $(REQUESTS),--requests $(REQUESTS)) $(BENCH_ARGS)
 
@@ -52,13 +66,13 @@ ui: install
 gate: install
 	$(PY) -m loadtests gate --thresholds benchmarks/gate/thresholds.yaml $(GATE_ARGS)
 
-test: install browser
+test: install browser gpustack
 	$(PY) -m pytest -q
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration"
 
-test-integration: install browser
+test-integration: install browser gpustack
 	$(PY) -m pytest -q -m integration
 
 lint: install

@@ -35,8 +35,17 @@ def _value(argv: list[str], i: int, flag: str, hint: str) -> tuple[str, int]:
     return argv[i + 1], i + 2
 
 
+def positional_model(argv: list[str]) -> list[str]:
+    """Accept ``vllm serve``'s shape, ``[serve] MODEL --flags``, as GPUStack's vLLM backend launches it."""
+    argv = argv[1:] if argv[:1] == ["serve"] else list(argv)
+    if argv and not argv[0].startswith("-"):
+        return ["--model", argv[0], *argv[1:]]
+    return argv
+
+
 def parse(argv: list[str]) -> tuple[DSparkOptions, list[str]]:
     """Split ``argv`` into DSpark options and the vLLM arguments left over (order kept)."""
+    argv = positional_model(argv)
     opts: dict = {}
     rest: list[str] = []
     i = 0

@@ -1,6 +1,6 @@
 """``dspark-serve`` / ``python -m engine_patch.serve``: vLLM's OpenAI server plus the article's flags.
 
-    dspark-serve --model DIR --dspark-enabled --response-format json --enable-prefix-caching \\
+    dspark-serve [serve] MODEL_DIR | --model DIR  --dspark-enabled --response-format json --enable-prefix-caching \\
         [--dspark-speculative-length 5] [--dspark-schema-compile SCHEMA_DIR | --no-dspark-schema-compile]
         [--dspark-drafter auto|native|draft-model|structure|ngram|off] [--dspark-draft-model DIR]
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shlex
 import sys
 import tempfile
 import threading
@@ -265,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FlagError, VersionError) as exc:
         print(f"dspark-serve: error: {exc}", file=sys.stderr)
         return 2
+    # The argv first, as the engine really got it: GPUStack's instance log is where users check it.
+    print(f"dspark-serve argv: {shlex.join(argv)}", flush=True)
     print(status_line(facts), flush=True)
     os.environ["DSPARK_STATUS"] = json.dumps(facts)
     if facts.get("schemas"):

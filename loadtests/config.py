@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from loadtests.gpustack_spec import GPUStackSpecError, parse_settings
 from scenarios import Mode, ScenarioError, builtin_names, load_scenario
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -80,6 +81,7 @@ class RunConfig:
     served_model_name: str | None = None
     server_args: tuple[str, ...] = ("--dtype", "bfloat16", "--max-model-len", "1024")  # given to every local arm
     custom_arms: tuple[Arm, ...] = ()
+    gpustack: dict[str, Any] | None = None  # deploy the arms on a GPUStack cluster (loadtests/gpustack_spec.py)
 
     def arm(self, name: str) -> Arm:
         for arm in self.custom_arms:
@@ -179,7 +181,14 @@ def check(config: RunConfig) -> RunConfig:
     ):
         if not isinstance(value, int) or value < low:
             _fail(name, f"{value!r} is not an integer >= {low}", f"give an integer >= {low}")
-    if config.urls:
+    if config.gpustack is not None:
+        if config.urls:
+            _fail("gpustack", "given together with urls", "deploy on GPUStack or point at running servers, not both")
+        try:
+            parse_settings(config.gpustack)
+        except GPUStackSpecError as exc:
+            raise ConfigError(str(exc)) from None
+    elif config.urls:
         missing = [a for a in config.arms if a not in config.urls]
         if missing:
             _fail("urls", f"no URL for arms {missing}", "give --url ARM=http://host:port for every arm, or drop those arms")

@@ -3,7 +3,8 @@
 ``LocalDeployer`` starts vLLM servers as subprocesses (the CPU build where there is no GPU), each in
 its own process group, and guarantees none outlives the run: ``stop_all`` runs on normal exit,
 exceptions, Ctrl-C and SIGTERM, and each server also gets SIGTERM if this process dies.
-``ExternalDeployer`` only points at given base URLs. A GPUStack deployer plugs in the same way.
+``ExternalDeployer`` only points at given base URLs; ``loadtests.gpustack_deploy.GPUStackDeployer`` creates
+the arms as models on a GPUStack cluster.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Endpoint:
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # the variables we set on top of the inherited env
     log_path: Path | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # headers only: never logged or saved
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     def alive(self) -> bool:
@@ -64,6 +65,8 @@ class ServerSpec:
 
 class Deployer(Protocol):
     def start(self, spec: ServerSpec) -> Endpoint: ...
+
+    def start_many(self, specs: Sequence[ServerSpec]) -> list[Endpoint]: ...
 
     def stop_all(self) -> None: ...
 

@@ -24,7 +24,18 @@ import gevent
 from locust.env import Environment
 
 from loadtests.config import RunConfig, dspark_available, python_launcher
-from loadtests.deploy import DeployError, Endpoint, ExternalDeployer, LocalDeployer, ServerSpec, cpu_server_env, log_tail
+from loadtests.deploy import (
+    Deployer,
+    DeployError,
+    Endpoint,
+    ExternalDeployer,
+    LocalDeployer,
+    ServerSpec,
+    cpu_server_env,
+    log_tail,
+)
+from loadtests.gpustack_deploy import GPUStackDeployer
+from loadtests.gpustack_spec import parse_settings
 from loadtests.locustfile import ChatCompletionsUser, LevelPlan
 from loadtests.metrics import level_metrics
 from loadtests.records import RecordSink
@@ -206,23 +217,28 @@ def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_ev
     print(_progress(plan, started) + "  done", flush=True)
 
 
+def make_deployer(config: RunConfig, run_dir: Path) -> Deployer:
+    """Running servers at given URLs, models on a GPUStack cluster, or local vLLM processes."""
+    if config.urls:
+        return ExternalDeployer(config.urls, config.api_key_env, config.served_model_name)
+    if config.gpustack is not None:
+        return GPUStackDeployer(parse_settings(config.gpustack), config.server_args, run_dir / "logs")
+    return LocalDeployer(run_dir / "logs", config.startup_timeout_s)
+
+
 def run_sweep(config: RunConfig, run_dir: Path) -> RunState:
     """Deploy the arms, run the interleaved sweep, write results after every level. Always stops servers."""
     state = RunState(run_dir, config)
     run_dir.mkdir(parents=True, exist_ok=True)
     sink = RecordSink(run_dir)
     arms = list(config.arms)
-    if "dspark" in arms and not config.urls and not dspark_available():
+    if "dspark" in arms and not config.urls and config.gpustack is None and not dspark_available():
         state.skipped_arms["dspark"] = "the DSpark engine patch (engine_patch/) is not installed yet"
         print("arm 'dspark' skipped: the DSpark engine patch (engine_patch/) is not installed yet", flush=True)
         arms.remove("dspark")
     if not arms:
         raise DeployError("no arm left to run")
-    deployer = (
-        ExternalDeployer(config.urls, config.api_key_env, config.served_model_name)
-        if config.urls
-        else LocalDeployer(run_dir / "logs", config.startup_timeout_s)
-    )
+    deployer = make_deployer(config, run_dir)
     try:
         print(f"starting {len(arms)} arm(s): {', '.join(arms)} ...", flush=True)
         for endpoint in deployer.start_many(server_specs(config, arms)):

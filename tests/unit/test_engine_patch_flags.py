@@ -25,6 +25,13 @@ def test_article_flags_parse_and_the_rest_goes_to_vllm():
     assert rest == ["--model", "m", "--enable-prefix-caching", "--dtype", "bfloat16"]
 
 
+@pytest.mark.parametrize("head", [["serve", "/models/m"], ["/models/m"]])
+def test_vllm_serve_shape_from_gpustack_is_accepted(head):
+    # GPUStack's vLLM backend launches `<entrypoint> MODEL_PATH --flags...`
+    options, vllm_argv = parse([*head, "--dspark-enabled", "--enable-prefix-caching", "--port", "80"])
+    assert options.enabled and vllm_argv == ["--model", "/models/m", "--enable-prefix-caching", "--port", "80"]
+
+
 def test_defaults_and_equals_form(tmp_path):
     options, _ = parse(["--dspark-enabled", f"--dspark-schema-compile={tmp_path}", "--dspark-speculative-length=3"])
     assert options.speculative_length == 3 and options.schema_dir == tmp_path
