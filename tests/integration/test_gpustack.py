@@ -8,6 +8,7 @@ inference leg is the same OpenAI client the local vLLM tests drive.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -140,3 +141,24 @@ def test_requests_go_to_the_servers_openai_route(gpustack):
     response = httpx.post(f"{gpustack.url}/v1/chat/completions", headers={"Authorization": f"Bearer {gpustack.api_key}"},
                           json={"model": "dspark-bench-dspark", "messages": [{"role": "user", "content": "{}"}]})  # fmt: skip
     assert response.status_code in {404, 503} and "error" in response.json()
+
+
+def test_ctrl_c_while_waiting_deletes_the_models(gpustack, client, tmp_path):
+    config = {"arms": ["baseline", "dspark"], "levels": [1], "requests_per_level": 2, "output_dir": str(tmp_path / "runs"),
+              "run_name": "gs", "gpustack": {"url": gpustack.url, "model_path": "/m", "ready_timeout_s": 600,
+                                             "poll_interval_s": 1}}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    env = {"GPUSTACK_API_KEY": gpustack.api_key, "PATH": "/usr/bin:/bin"}
+    process = subprocess.Popen([sys.executable, "-m", "loadtests", "bench", "--config", str(tmp_path / "run.yaml")],
+                               cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    output = []
+    for line in process.stdout:  # wait until it polls
+        output.append(line)
+        if "waiting for GPUStack" in line:
+            break
+    assert len(client.items("/v2/models")) == 2
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, "".join(output) + rest
+    assert client.items("/v2/models") == []
+    assert json.loads((tmp_path / "runs" / "gs" / "results.json").read_text())["error"] == "interrupted (Ctrl-C)"
