@@ -6,6 +6,7 @@
 #   make ui        one arm (UI_ARGS="--arm dspark") under Locust's web UI on http://127.0.0.1:8089
 #   make gate      CI regression gate: a short paired sweep checked against benchmarks/gate/thresholds.yaml
 #   make bench-dspark  the engine patch's full benchmark (5 arms, 200 requests per level, ~30 min)
+#   make equality  DSpark's answers against stock vLLM's, token for token -> benchmarks/dspark/equality/
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -16,7 +17,7 @@ REQUESTS ?=
 BENCH_CONFIG ?= loadtests/configs/cpu-default.yaml
 BENCH_ARGS ?=
 
-.PHONY: install browser gpustack bench bench-dspark ui gate test test-unit test-integration lint model eval clean
+.PHONY: install browser gpustack bench bench-dspark equality ui gate test test-unit test-integration lint model eval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +59,10 @@ bench: install
 
 bench-dspark: install
 	$(PY) -m loadtests bench --config benchmarks/dspark/config.yaml $(BENCH_ARGS)
+
+# DSpark's answers against stock vLLM's, token for token (100 prompts x 4 scenarios, ~20 min)
+equality: install
+	$(PY) -m loadtests.equality $(EQUALITY_ARGS)
 
 ui: install
 	$(PY) -m loadtests ui $(UI_ARGS)

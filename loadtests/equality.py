@@ -76,12 +76,14 @@ def _ask(endpoint: Endpoint, messages: list[dict], response_format: dict, logpro
 
 def compare(stock: Endpoint, patched: Endpoint, scenario_name: str, prompts: int) -> tuple[int, list[Difference]]:
     scenario = load_scenario(scenario_name)
-    response_format = scenario.response_format(Mode.JSON_OBJECT) if scenario.is_json else {"type": "text"}
     equal, differences = 0, []
     for sample in scenario.samples(Split.EVAL, prompts):
+        response_format = sample.response_format(Mode.JSON_OBJECT if sample.is_json else Mode.TEXT)
         reference = _ask(stock, sample.messages, response_format, logprobs=True)
         answer = _ask(patched, sample.messages, response_format, logprobs=False)["message"]["content"] or ""
         steps = reference["logprobs"]["content"]
+        if reference["finish_reason"] == "stop" and steps and not reference["message"]["content"].endswith(steps[-1]["token"]):
+            steps = steps[:-1]  # the end-of-sequence token: scored, never part of the text
         tokens = [bytes(step["bytes"]) if step.get("bytes") is not None else step["token"].encode() for step in steps]
         position = first_difference(tokens, answer.encode())
         if position is None:

@@ -238,8 +238,9 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunState:
         arms.remove("dspark")
     if not arms:
         raise DeployError("no arm left to run")
-    deployer = make_deployer(config, run_dir)
+    deployer: Deployer | None = None
     try:
+        deployer = make_deployer(config, run_dir)
         print(f"starting {len(arms)} arm(s): {', '.join(arms)} ...", flush=True)
         for endpoint in deployer.start_many(server_specs(config, arms)):
             state.endpoints[endpoint.arm] = endpoint
@@ -299,5 +300,6 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunState:
     finally:
         state.write()
         sink.close()
-        deployer.stop_all()
+        if deployer is not None:
+            deployer.stop_all()
     return state

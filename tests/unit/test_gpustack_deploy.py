@@ -96,3 +96,15 @@ def test_running_without_the_flags_in_argv_is_stopped(tmp_path, monkeypatch):
     with pytest.raises(DeployError, match=r"missing \['--dspark-enabled', '--response-format'\]"):
         deployer.start_many(specs)
     deployer.stop_all()
+
+
+def test_missing_key_stops_the_run_with_results_on_disk(tmp_path, monkeypatch):
+    from loadtests.config import load_config
+    from loadtests.sweep import run_sweep
+
+    monkeypatch.delenv("GPUSTACK_API_KEY", raising=False)
+    config = load_config(None, gpustack={"url": "http://gs", "model_path": "/m"}, arms=["baseline"], levels=[1])
+    with pytest.raises(DeployError, match=r"needs an API key in \$GPUSTACK_API_KEY"):
+        run_sweep(config, tmp_path / "run")
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["complete"] is False and "GPUSTACK_API_KEY" in results["error"]
