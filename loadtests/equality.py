@@ -24,6 +24,7 @@ import httpx
 
 from loadtests.config import DEFAULT_MODEL, load_config, python_launcher
 from loadtests.deploy import Endpoint, LocalDeployer, ServerSpec, cpu_server_env
+from loadtests.server_metrics import delta, scrape
 from loadtests.sweep import machine_facts
 from scenarios import Mode, Split, load_scenario
 
@@ -110,6 +111,10 @@ def compare(stock: Endpoint, patched: Endpoint, scenario_name: str, prompts: int
     return equal, differences
 
 
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def render_markdown(results: dict) -> str:
     lines = [
         "# DSpark against stock vLLM: equal answers, token for token",
@@ -120,15 +125,15 @@ def render_markdown(results: dict) -> str:
         "(json_object for JSON scenarios, text for freeform_qa). A difference is a near-tie when the stock "
         f"server's top-2 log-prob gap at the first differing token is below {NEAR_TIE_NATS} nats.",
         "",
-        "| arm | scenario | prompts | equal | equal % | differences | near-ties | largest gap (nats) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| arm | scenario | prompts | equal | equal % | differences | near-ties | largest gap (nats) | mean acceptance length |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["rows"]:
         gaps = [d["gap_nats"] for d in row["differences"]]
         ties = sum(g < NEAR_TIE_NATS for g in gaps)
         lines.append(
             f"| {row['arm']} | {row['scenario']} | {row['prompts']} | {row['equal']} | {100 * row['equal'] / row['prompts']:.1f} | "
-            f"{len(gaps)} | {ties} | {max(gaps) if gaps else '-'} |"
+            f"{len(gaps)} | {ties} | {max(gaps) if gaps else '-'} | {_number(row.get('mean_acceptance_length'))} |"
         )
     lines += ["", "## Every difference", ""]
     for row in results["rows"]:
@@ -169,9 +174,14 @@ def main(argv: list[str] | None = None) -> int:
         endpoints = {e.arm: e for e in deployer.start_many(specs)}
         for arm in arms:
             for scenario in scenarios:
+                before = scrape(endpoints[arm].base_url)
                 equal, differences = compare(endpoints["stock"], endpoints[arm], scenario, args.prompts)
-                print(f"{arm:<18} {scenario:<18} {equal}/{args.prompts} equal, {len(differences)} differ", flush=True)
+                # proof the drafts were there to get wrong: vLLM's mean acceptance length over these prompts
+                acceptance = delta(before, scrape(endpoints[arm].base_url)).get("mean_acceptance_length")
+                print(f"{arm:<18} {scenario:<18} {equal}/{args.prompts} equal, {len(differences)} differ, "
+                      f"mean acceptance length {acceptance or 0:.2f}", flush=True)  # fmt: skip
                 results["rows"].append({"arm": arm, "scenario": scenario, "prompts": args.prompts, "equal": equal,
+                                        "mean_acceptance_length": acceptance,
                                         "differences": [asdict(d) for d in differences]})  # fmt: skip
                 (args.out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
     finally:
