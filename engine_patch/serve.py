@@ -183,9 +183,9 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
     speculative = drafter.speculative_config(options.speculative_length)
     if speculative:
         argv += ["--speculative-config", json.dumps(speculative)]
-    # Not vLLM's disable_any_whitespace: xgrammar then rejects compact JSON tokens such as '":"' (it
-    # fixes its own separators), which forced this model's answers into garbage. Compact output needs
-    # the grammar built with separators (",", ":"): not done yet.
+    # Not vLLM's disable_any_whitespace: it covers json_object too, where xgrammar 0.2.8 still demands
+    # ", " after a comma (mlc-ai/xgrammar#945) and so rejects this model's compact '","' token, which
+    # forced its answers into garbage. Compact json_schema alone works (benchmarks/dspark/RESULTS.md).
     if "--enable-prefix-caching" not in argv:
         argv.append("--enable-prefix-caching")
     argv += ["--middleware", "engine_patch.middleware.DSparkMiddleware"]
