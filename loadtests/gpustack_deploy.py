@@ -133,7 +133,8 @@ class GPUStackDeployer:
         raise SystemExit(128 + signum)
 
     def create(self, spec: ServerSpec, cluster_id: int) -> list[str]:
-        flags = arm_flags(self.settings, spec.arm, self.common_flags, list(spec.args[len(self.common_flags) :]))
+        arm_args = list(spec.args[len(self.common_flags) :])  # sweep.server_specs: [*common, *arm's own]
+        flags = arm_flags(self.settings, spec.arm, self.common_flags, arm_args)
         name = model_name(self.settings, spec.arm)
         if self.client.find_model(name) is not None:
             raise DeployError(
