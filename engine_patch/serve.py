@@ -172,6 +172,9 @@ def _gpu_present() -> bool:
         return False
 
 
+CPU_BLOCK_SIZE = 32
+
+
 def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list[str], dict]:
     """The vLLM argv and the status facts for ``options``. Pure apart from reading the model's config."""
     if not options.enabled:
@@ -188,6 +191,13 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
     # forced its answers into garbage. Compact json_schema alone works (benchmarks/dspark/RESULTS.md).
     if "--enable-prefix-caching" not in argv:
         argv.append("--enable-prefix-caching")
+    # vLLM's CPU backend caches in 128-token blocks: a shared instruction shorter than that is never
+    # reused (hit rate 0.0 on this project's prompts). 32 (the backend wants multiples of 32) lets the
+    # cache DSpark requires work; measured in benchmarks/dspark/block-size/. An explicit --block-size wins.
+    block_size = _arg_value(argv, "--block-size")
+    if block_size is None and not gpu:
+        block_size = str(CPU_BLOCK_SIZE)
+        argv += ["--block-size", block_size]
     argv += ["--middleware", "engine_patch.middleware.DSparkMiddleware"]
     schemas = sorted(options.schema_dir.glob("*.json")) if options.schema_dir and options.schema_compile else []
     facts = {
@@ -199,6 +209,7 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
         "response_format": options.response_format,
         "compact_json": False,
         "prefix_caching": True,
+        "block_size": int(block_size) if block_size else None,
         "schema_dir": str(options.schema_dir) if options.schema_dir else None,
         "schemas": len(schemas),
         "vllm": installed_vllm(),
@@ -215,9 +226,10 @@ def status_line(facts: dict) -> str:
         if facts["schemas"]
         else "no schemas precompiled"
     )
+    blocks = f" ({facts['block_size']}-token blocks)" if facts.get("block_size") else ""
     return (
         f"DSpark: on; drafter {facts['drafter']} ({facts['drafter_reason']}), up to {facts['speculative_length']} "
-        f"draft tokens; default response format {default}; prefix caching on; {schemas}"
+        f"draft tokens; default response format {default}; prefix caching on{blocks}; {schemas}"
     )
 
 

@@ -125,6 +125,16 @@ def test_build_turns_the_switch_into_vllm_arguments():
     assert off_argv == ["--model", "m"] and status_line(off_facts).startswith("DSpark: off")
 
 
+def test_cpu_gets_blocks_small_enough_for_the_prefix_cache_unless_told():
+    options, rest = parse(ARTICLE)
+    argv, facts = build(options, rest, gpu=False)
+    assert argv[argv.index("--block-size") + 1] == "32" and "(32-token blocks)" in status_line(facts)
+    gpu_argv, gpu_facts = build(options, rest, gpu=True)
+    assert "--block-size" not in gpu_argv and gpu_facts["block_size"] is None
+    own_argv, own_facts = build(*parse([*ARTICLE, "--block-size", "128"]), gpu=False)
+    assert own_argv.count("--block-size") == 1 and own_facts["block_size"] == 128
+
+
 def test_default_response_format_only_when_absent():
     body = json.loads(with_default_format(b'{"messages": []}'))
     assert body["response_format"] == {"type": "json_object"}
