@@ -12,6 +12,8 @@ Every other argument goes to vLLM unchanged. What ``--dspark-enabled`` turns on:
   values copied from the prompt (``engine_patch.drafter``). Up to ``--dspark-speculative-length``
   tokens per step, fewer as batches grow (compute-bound verification would cost throughput);
 - ``--response-format json``: requests without ``response_format`` are constrained to JSON;
+- prefix caching on; on the CPU 32-token KV blocks unless ``--block-size`` is given (vLLM's CPU
+  default of 128 never shares a prompt prefix shorter than that);
 - ``--dspark-schema-compile DIR``: every schema in DIR is compiled into vLLM's grammar cache at
   start-up, before the first user request needs it.
 Each mechanism switches off on its own: ``--dspark-drafter off``, ``--response-format none``,
