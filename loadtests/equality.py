@@ -22,14 +22,15 @@ from pathlib import Path
 
 import httpx
 
-from loadtests.config import DEFAULT_MODEL, load_config, python_launcher
+from loadtests.config import BUILTIN_ARMS, DEFAULT_MODEL, load_config, python_launcher
 from loadtests.deploy import Endpoint, LocalDeployer, ServerSpec, cpu_server_env
 from loadtests.server_metrics import delta, scrape
 from loadtests.sweep import machine_facts
 from scenarios import Mode, Split, load_scenario
 
-ARTICLE_FLAGS = ["--dspark-enabled", "--response-format", "json", "--enable-prefix-caching", "--dspark-speculative-length", "12"]
-ARMS = {"dspark": ARTICLE_FLAGS, "dspark-structure": [*ARTICLE_FLAGS, "--dspark-drafter", "structure"]}
+# the builtin dspark arm's flags, so this checks exactly what the benchmark runs
+DSPARK_FLAGS = list(BUILTIN_ARMS["dspark"].server_args)
+ARMS = {"dspark": DSPARK_FLAGS, "dspark-structure": [*DSPARK_FLAGS, "--dspark-drafter", "structure"]}
 SCENARIOS = ("order_extraction", "review_sentiment", "tool_call", "freeform_qa")
 # Below this top-2 gap (nats) two tokens are a near-tie: bf16 logits of a 13-position verification pass
 # and of a one-token step differ by about this much.
