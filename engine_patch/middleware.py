@@ -1,7 +1,8 @@
 """ASGI middleware loaded into vLLM's OpenAI server (``--middleware``): the default response format,
 the ``/dspark/status`` endpoint, and DSpark's Prometheus metrics beside vLLM's on ``/metrics``
-(drafted and accepted tokens are vLLM's own ``vllm:spec_decode_*`` counters). Configured through the
-DSPARK_STATUS environment variable, which the launcher sets before vLLM starts."""
+(drafted and accepted tokens are vLLM's own ``vllm:spec_decode_*`` counters; grammar-forced tokens
+come from the engine process, engine_patch.engine_plugin). Configured through the DSPARK_STATUS and
+DSPARK_STATE_DIR environment variables, which the launcher sets before vLLM starts."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import json
 import os
 from typing import Any
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import REGISTRY, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily
+
+from engine_patch.engine_plugin import SCHEMA_STATE_FILE, STATE_DIR_ENV, read_counters
 
 STATUS_PATH = "/dspark/status"
 CHAT_PATHS = ("/v1/chat/completions", "/v1/completions")
@@ -19,6 +23,29 @@ DEFAULTED_TO_JSON = Counter(
 )
 ACTIVE = Gauge("dspark_info", "What DSpark turned on (value 1)", ["drafter", "speculative_length", "response_format"])
 SCHEMAS_COMPILED = Gauge("dspark_schemas_compiled", "Schemas compiled into the grammar cache at start-up")
+# vLLM's own speculation counters, read back for /dspark/status (their Prometheus names, without _total)
+VLLM_SPEC_COUNTERS = {
+    "drafted_tokens": "vllm:spec_decode_num_draft_tokens",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+    "drafts": "vllm:spec_decode_num_drafts",
+}
+
+
+class EngineCounters:
+    """Prometheus collector for the counts the engine process keeps in DSPARK_STATE_DIR."""
+
+    def collect(self):
+        counts = engine_counts()
+        yield CounterMetricFamily(
+            "dspark_grammar_forced_tokens",
+            "Output tokens at positions where the request's grammar allowed exactly one token",
+            value=counts.get("grammar_forced_tokens", 0),
+        )
+        yield CounterMetricFamily(
+            "dspark_constrained_tokens",
+            "Output tokens generated under a grammar (JSON)",
+            value=counts.get("constrained_tokens", 0),
+        )
 
 
 def status() -> dict[str, Any]:
@@ -49,13 +76,14 @@ class DSparkMiddleware:
                 str(self.facts.get("drafter")), str(self.facts.get("speculative_length")), str(self.facts.get("response_format"))
             ).set(1)
             SCHEMAS_COMPILED.set_function(lambda: float(_live_facts().get("schemas_compiled", 0)))
+            REGISTRY.register(EngineCounters())
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         if path == STATUS_PATH and scope.get("method") == "GET":
-            payload = json.dumps({**self.facts, **_live_facts()}).encode()
+            payload = json.dumps({**self.facts, **_live_facts(), **engine_counts(), **speculation_counts()}).encode()
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": payload})
             return None
@@ -85,9 +113,29 @@ class DSparkMiddleware:
         return await self.app(scope, receive, send)
 
 
+def engine_counts() -> dict[str, int]:
+    state_dir = os.environ.get(STATE_DIR_ENV)
+    return read_counters(state_dir) if state_dir and os.path.isdir(state_dir) else {}
+
+
+def speculation_counts() -> dict[str, float]:
+    """vLLM's drafted / accepted token totals in this server, and the mean acceptance length."""
+    found = {key: 0.0 for key in VLLM_SPEC_COUNTERS}
+    wanted = {f"{name}_total": key for key, name in VLLM_SPEC_COUNTERS.items()}
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name in wanted:
+                found[wanted[sample.name]] += sample.value
+    if found["drafts"]:
+        found["mean_acceptance_length"] = round(1 + found["accepted_tokens"] / found["drafts"], 3)
+    return found
+
+
 def _live_facts() -> dict[str, Any]:
-    path = os.environ.get("DSPARK_SCHEMA_STATE")
-    if path and os.path.exists(path):
+    """What changes while the server runs: schemas compiled so far, token counts."""
+    state_dir = os.environ.get(STATE_DIR_ENV)
+    live: dict[str, Any] = {}
+    if state_dir and os.path.exists(path := os.path.join(state_dir, SCHEMA_STATE_FILE)):
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    return {}
+            live.update(json.load(f))
+    return live

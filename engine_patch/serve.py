@@ -23,10 +23,12 @@ Each mechanism switches off on its own: ``--dspark-drafter off``, ``--response-f
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import runpy
 import shlex
+import shutil
 import sys
 import tempfile
 import threading
@@ -36,6 +38,7 @@ from importlib import metadata
 from pathlib import Path
 
 from engine_patch import SUPPORTED_VLLM
+from engine_patch.engine_plugin import SCHEMA_STATE_FILE, STATE_DIR_ENV
 from engine_patch.flags import DSparkOptions, FlagError, parse
 
 NGRAM_LOOKUP = {"prompt_lookup_max": 5, "prompt_lookup_min": 2}
@@ -284,9 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dspark-serve argv: {shlex.join(argv)}", flush=True)
     print(status_line(facts), flush=True)
     os.environ["DSPARK_STATUS"] = json.dumps(facts)
+    if facts.get("enabled"):
+        # Live state the engine process and the API server share (grammar-forced counts, schemas compiled).
+        state_dir = tempfile.mkdtemp(prefix="dspark-")
+        atexit.register(shutil.rmtree, state_dir, ignore_errors=True)
+        os.environ[STATE_DIR_ENV] = state_dir
     if facts.get("schemas"):
-        state = Path(tempfile.mkdtemp(prefix="dspark-")) / "schemas.json"
-        os.environ["DSPARK_SCHEMA_STATE"] = str(state)
+        state = Path(os.environ[STATE_DIR_ENV]) / SCHEMA_STATE_FILE
         port = _arg_value(final_argv, "--port") or "8000"
         model = _arg_value(final_argv, "--served-model-name") or _arg_value(final_argv, "--model") or ""
         schemas = sorted(options.schema_dir.glob("*.json"))  # type: ignore[union-attr]

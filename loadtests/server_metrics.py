@@ -14,9 +14,8 @@ TRACKED = (
     "vllm:prefix_cache_hits",
     "vllm:generation_tokens",
     "vllm:prompt_tokens",
-    "dspark:drafted_tokens",
-    "dspark:accepted_tokens",
-    "dspark:grammar_forced_tokens",
+    "dspark_grammar_forced_tokens",  # the DSpark patch's: tokens its grammar pinned to one choice
+    "dspark_constrained_tokens",  # ... out of the tokens generated under a grammar
 )
 
 
@@ -45,6 +44,9 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
     if drafts:
         # Mean acceptance length as vLLM defines it: 1 (the verified token) + accepted drafts per step.
         out["mean_acceptance_length"] = 1.0 + (accepted or 0.0) / drafts
+    forced, constrained = out.get("dspark_grammar_forced_tokens"), out.get("dspark_constrained_tokens")
+    if constrained:
+        out["grammar_forced_share"] = (forced or 0.0) / constrained
     queries, hits = out.get("vllm:prefix_cache_queries"), out.get("vllm:prefix_cache_hits")
     if queries:
         out["prefix_cache_hit_rate"] = (hits or 0.0) / queries

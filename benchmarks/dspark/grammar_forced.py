@@ -15,9 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import xgrammar as xgr
 
+from engine_patch.engine_plugin import single_token_rows
 from models.tokenizer import load_tokenizer
 from scenarios import Split, load_scenario
 
@@ -51,7 +51,7 @@ def forced_tokens(matcher: xgr.GrammarMatcher, token_ids: list[int], pieces: lis
     single = inside = offset = 0
     for token, piece in zip(token_ids, pieces, strict=True):
         matcher.fill_next_token_bitmask(bitmask)
-        single += int(np.unpackbits(bitmask.numpy().view(np.uint8)).sum()) == 1
+        single += bool(single_token_rows(bitmask.numpy())[0])  # what the server counts as grammar-forced
         jump = matcher.find_jump_forward_string().encode()
         if jump and text.startswith(jump, offset):
             forced_bytes[offset : offset + len(jump)] = b"\x01" * len(jump)

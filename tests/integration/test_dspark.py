@@ -95,3 +95,29 @@ def test_default_json_for_requests_without_response_format(servers):
     # plain text stays plain text when the request says so
     qa = next(load_scenario("freeform_qa").samples(Split.EVAL, 1))
     assert not _complete(servers["dspark"], qa, {"type": "text"}).lstrip().startswith("{")
+
+
+def test_grammar_forced_and_speculation_counts(servers):
+    """The engine process counts tokens under a grammar and the ones it pinned to a single choice;
+    /metrics and /dspark/status report them next to vLLM's drafted and accepted counts."""
+    dspark = servers["dspark"]
+    before = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
+    samples = list(load_scenario("order_extraction").samples(Split.EVAL, 3))
+    answer_tokens = 0
+    for sample in samples:
+        body = {"model": dspark.model, "messages": sample.messages, "max_tokens": 512, "temperature": 0}
+        body["response_format"] = sample.response_format("json_schema")
+        response = httpx.post(f"{dspark.base_url}/v1/chat/completions", json=body, timeout=120)
+        response.raise_for_status()
+        answer_tokens += response.json()["usage"]["completion_tokens"]
+    after = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
+    constrained = after["constrained_tokens"] - before["constrained_tokens"]
+    forced = after["grammar_forced_tokens"] - before["grammar_forced_tokens"]
+    assert constrained == answer_tokens  # every output token of these requests ran under the schema
+    # at least the end of each answer is forced (after the top-level close only EOS is allowed), and
+    # far from every token: the schema leaves values, and the tokenization of keys, free
+    assert len(samples) <= forced < constrained / 2
+    assert after["accepted_tokens"] > before["accepted_tokens"] and after["mean_acceptance_length"] > 1
+    metrics = scrape(dspark.base_url)
+    assert metrics["dspark_grammar_forced_tokens"] == after["grammar_forced_tokens"]
+    assert metrics["dspark_constrained_tokens"] == after["constrained_tokens"]

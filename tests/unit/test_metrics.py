@@ -58,3 +58,22 @@ def test_empty_level_is_zero_not_a_crash():
 def test_ratio():
     assert ratio(3.0, 1.5) == 2.0
     assert ratio(3.0, 0.0) is None and ratio(None, 1.0) is None
+
+
+def test_server_counter_deltas():
+    from loadtests.server_metrics import delta
+
+    before = {"vllm:spec_decode_num_drafts": 10, "vllm:spec_decode_num_accepted_tokens": 50, "dspark_constrained_tokens": 100}
+    after = {
+        "vllm:spec_decode_num_drafts": 30,
+        "vllm:spec_decode_num_accepted_tokens": 250,
+        "dspark_grammar_forced_tokens": 20,
+        "dspark_constrained_tokens": 300,
+        "vllm:prefix_cache_queries": 400,
+        "vllm:prefix_cache_hits": 100,
+    }
+    out = delta(before, after)
+    assert out["mean_acceptance_length"] == 11.0  # 1 + 200 accepted / 20 steps
+    assert out["grammar_forced_share"] == 0.1 and out["prefix_cache_hit_rate"] == 0.25
+    assert "grammar_forced_share" not in delta({}, {"vllm:generation_tokens": 5})  # stock vLLM: no such counters
+    assert delta(None, after) == {}
