@@ -218,6 +218,7 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
         "schema_dir": str(options.schema_dir) if options.schema_dir else None,
         "schemas": len(schemas),
         "vllm": installed_vllm(),
+        "engine_plugin": engine_plugin_registered(),
     }
     return argv, facts
 
@@ -232,10 +233,20 @@ def status_line(facts: dict) -> str:
         else "no schemas precompiled"
     )
     blocks = f" ({facts['block_size']}-token blocks)" if facts.get("block_size") else ""
+    counter = (
+        "grammar-forced tokens counted"
+        if facts.get("engine_plugin", True)
+        else "grammar-forced tokens NOT counted (engine plugin not registered; fix: pip install -e . in this environment)"
+    )
     return (
         f"DSpark: on; drafter {facts['drafter']} ({facts['drafter_reason']}), up to {facts['speculative_length']} "
-        f"draft tokens; default response format {default}; prefix caching on{blocks}; {schemas}"
+        f"draft tokens; default response format {default}; prefix caching on{blocks}; {schemas}; {counter}"
     )
+
+
+def engine_plugin_registered() -> bool:
+    """Whether vLLM will load engine_patch.engine_plugin (its ``vllm.general_plugins`` entry point)."""
+    return any(ep.value.startswith("engine_patch.engine_plugin") for ep in metadata.entry_points(group="vllm.general_plugins"))
 
 
 def _precompile(base_url: str, model: str, schemas: list[Path], state_file: Path) -> None:

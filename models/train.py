@@ -30,8 +30,13 @@ TOKENIZER_DIR = MODELS_DIR / "tokenizer"
 SIZES: dict[str, dict[str, int]] = {
     "main": {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 6, "num_attention_heads": 8},
     "draft": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 3, "num_attention_heads": 4},
+    # Shallower drafters: a draft pass on the CPU costs per layer, not per parameter (overhead-bound at
+    # this size), so depth is what a drafter's k sequential passes pay for (benchmarks/dspark/RESULTS.md).
+    "draft-2l": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2, "num_attention_heads": 4},
+    "draft-2w": {"hidden_size": 384, "intermediate_size": 1152, "num_hidden_layers": 2, "num_attention_heads": 6},
+    "draft-1l": {"hidden_size": 384, "intermediate_size": 1152, "num_hidden_layers": 1, "num_attention_heads": 6},
 }
-LEARNING_RATES = {"main": 1e-3, "draft": 2e-3}  # main: 2e-3 and 1.5e-3 made the loss spike
+LEARNING_RATES = {"main": 1e-3, "draft": 2e-3, "draft-2l": 2e-3, "draft-2w": 2e-3, "draft-1l": 2e-3}  # main: 2e-3 and 1.5e-3 made the loss spike
 MAX_LEN = 1024
 
 

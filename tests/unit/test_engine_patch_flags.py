@@ -121,6 +121,9 @@ def test_build_turns_the_switch_into_vllm_arguments():
     assert "engine_patch.middleware.DSparkMiddleware" in argv
     line = status_line(facts)
     assert "drafter structure" in line and "up to 6 draft tokens" in line and "JSON (json_object)" in line
+    # this checkout is installed (make install), so vLLM will load the engine plugin
+    assert facts["engine_plugin"] and line.endswith("grammar-forced tokens counted")
+    assert "NOT counted" in status_line({**facts, "engine_plugin": False})
     off_argv, off_facts = build(parse(["--model", "m"])[0], ["--model", "m"], gpu=False)
     assert off_argv == ["--model", "m"] and status_line(off_facts).startswith("DSpark: off")
 
