@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import re
 import shlex
 import signal
 import socket
@@ -104,6 +105,30 @@ def log_tail(path: Path | None, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
+# "ValueError: ...", "RuntimeError: ...", "dspark-serve: error: ...", after vLLM's "(Worker pid=1) ERROR ... [f.py:1]" prefix
+_ERROR_MESSAGE = re.compile(r"(?:^|\s|\] )((?:[A-Za-z_][\w.]*(?:Error|Exception)|[\w-]+: error): \S.*)$")
+
+
+def root_cause(log: str, latest: bool = False) -> str:
+    """The one line of a failed server's log worth showing: the first exception message (at start-up the
+    process that failed first logs it before the others report its failure; ``latest``: the last one,
+    for a server that died after serving, whose earlier log may hold errors it survived), else the
+    last line it printed."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in reversed(lines) if latest else lines:
+        if match := _ERROR_MESSAGE.search(line):
+            return match.group(1)
+    printed = [line for line in lines if not line.startswith(("$ ", "# env:"))]  # LocalDeployer's header
+    return printed[-1] if printed else "(the server printed nothing)"
+
+
+def failure_summary(path: Path | None, latest: bool = False) -> str:
+    """``root_cause`` of the log at ``path``, with where the whole log is."""
+    if path is None or not path.exists():
+        return "(no log)"
+    return f"{root_cause(path.read_text(encoding='utf-8', errors='replace'), latest)} (whole log: {path})"
+
+
 class LocalDeployer:
     """Starts vLLM OpenAI servers as subprocesses; ``stop_all`` (also via atexit/signals) stops them."""
 
@@ -162,8 +187,8 @@ class LocalDeployer:
         while time.monotonic() < deadline:
             if not endpoint.alive():
                 raise DeployError(
-                    f"arm '{endpoint.arm}': server exited with code {endpoint.process.returncode} before it was ready; "
-                    f"log {endpoint.log_path}:\n{log_tail(endpoint.log_path)}"
+                    f"arm '{endpoint.arm}': server exited with code {endpoint.process.returncode} before it was ready: "
+                    f"{failure_summary(endpoint.log_path)}"
                 )
             try:
                 if httpx.get(f"{endpoint.base_url}/health", timeout=2).status_code == 200:

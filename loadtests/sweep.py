@@ -32,7 +32,7 @@ from loadtests.deploy import (
     LocalDeployer,
     ServerSpec,
     cpu_server_env,
-    log_tail,
+    failure_summary,
 )
 from loadtests.gpustack_deploy import GPUStackDeployer
 from loadtests.gpustack_spec import parse_settings
@@ -194,8 +194,7 @@ def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_ev
             if not endpoint.alive():
                 plan.aborted = "server died"
                 raise RunAborted(
-                    f"arm '{plan.arm}': server died during level c={plan.level}; log {endpoint.log_path}:\n"
-                    f"{log_tail(endpoint.log_path)}"
+                    f"arm '{plan.arm}': server died during level c={plan.level}: {failure_summary(endpoint.log_path, latest=True)}"
                 )
             if time.time() - started > timeout_s:
                 plan.aborted = "level timeout"

@@ -1,0 +1,38 @@
+"""What the harness says when a server fails: the root cause in one line, not a traceback."""
+
+from loadtests.deploy import failure_summary, root_cause
+
+VLLM_OOM = """$ .venv/bin/python -m engine_patch.serve --model models/tiny-json
+# env: {'VLLM_CPU_KVCACHE_SPACE': '2'}
+(APIServer pid=14517) WARNING 11-29 17:06:47 [system_utils.py:255] Found ulimit of 20000 and failed to automatically increase
+(Worker pid=14696) ERROR 11-29 17:11:26 [multiproc_executor.py:1063] Traceback (most recent call last):
+(Worker pid=14696) ERROR 11-29 17:11:26 [multiproc_executor.py:1063]     raise ValueError(
+(Worker pid=14696) ERROR 11-29 17:11:26 [multiproc_executor.py:1063] ValueError: Available memory on node 0 (1.98/23.54 GiB) on kv cache allocation is less than requested memory for kv (2.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.
+(EngineCore pid=14610) ERROR 11-29 17:11:26 [core.py:1510] RuntimeError: Worker failed with error 'Available memory'
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+  warnings.warn('resource_tracker: There appear to be %d '
+"""
+
+
+def test_root_cause_is_the_first_exception_message():
+    assert root_cause(VLLM_OOM).startswith("ValueError: Available memory on node 0 (1.98/23.54 GiB)")
+    assert root_cause(VLLM_OOM).endswith("reduce CPU memory used by other processes.")
+    refused = (
+        "$ dspark-serve --model m\ndspark-serve: error: dspark requires prefix-caching; fix: drop --no-enable-prefix-caching\n"
+    )
+    assert root_cause(refused) == "dspark-serve: error: dspark requires prefix-caching; fix: drop --no-enable-prefix-caching"
+    # no exception in the log: the last thing the server printed, never the harness's own header
+    assert root_cause("$ server --x\n# env: {}\nloading...\ncannot bind port 8000\n\n") == "cannot bind port 8000"
+    assert root_cause("$ server --x\n# env: {}\n") == "(the server printed nothing)"
+    died = "ValueError: schema 7 does not compile (request refused, server went on)\nRuntimeError: EngineCore died\n"
+    assert root_cause(died) == "ValueError: schema 7 does not compile (request refused, server went on)"
+    assert root_cause(died, latest=True) == "RuntimeError: EngineCore died"
+    assert "ErrorCount: 0" not in root_cause("ErrorCount: 0 is fine\nlast line\n")  # only *Error / *Exception names
+
+
+def test_failure_summary_names_the_log(tmp_path):
+    log = tmp_path / "dspark.log"
+    log.write_text(VLLM_OOM)
+    summary = failure_summary(log)
+    assert "\n" not in summary and summary.startswith("ValueError: Available memory") and str(log) in summary
+    assert failure_summary(tmp_path / "missing.log") == "(no log)"
