@@ -11,6 +11,10 @@ Definitions (vLLM ``bench serve`` where they overlap):
 - TPOT: (E2E - TTFT) / (output tokens - 1), over completed requests with more than one token; mean
   and median.
 - invalid rate per category: count of that verdict / measured requests.
+- stalled-stream rate: completed answers of more than STALL_MIN_TOKENS tokens whose first content
+  arrived after STALL_SHARE of their latency (the whole stream read in one piece) / such answers.
+  A server streams token by token, so a high rate means the client (or the machine it shares with
+  the servers) stalled and the level's TTFT, TPOT and possibly latency are suspect.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from loadtests.records import RequestRecord
 from loadtests.validate import Verdict
 
 FAILED = {Verdict.HTTP_ERROR.value, Verdict.TIMEOUT.value}
+STALL_MIN_TOKENS = 8
+STALL_SHARE = 0.9
 
 
 @dataclass
@@ -53,6 +59,7 @@ class LevelMetrics:
     rate_timeout: float
     field_accuracy: float | None  # mean over valid responses with ground truth
     exact_match_rate: float | None
+    stalled_stream_rate: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -85,6 +92,8 @@ def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
         for r in completed
         if r.e2e_s is not None and r.ttft_s is not None and (r.output_tokens or 0) > 1
     ]
+    streamed = [r for r in completed if r.e2e_s and r.ttft_s is not None and (r.output_tokens or 0) > STALL_MIN_TOKENS]
+    stalled = [r for r in streamed if r.ttft_s >= STALL_SHARE * r.e2e_s]
     accuracies = [r.field_accuracy for r in valid if r.field_accuracy is not None]
     exact = [r.exact_match for r in valid if r.exact_match is not None]
 
@@ -119,6 +128,7 @@ def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
         rate_timeout=rate(Verdict.TIMEOUT),
         field_accuracy=float(np.mean(accuracies)) if accuracies else None,
         exact_match_rate=float(np.mean(exact)) if exact else None,
+        stalled_stream_rate=len(stalled) / len(streamed) if streamed else 0.0,
     )
 
 

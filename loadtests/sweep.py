@@ -43,6 +43,8 @@ from loadtests.server_metrics import delta, scrape
 from reports.tables import levels_frame
 from scenarios import Mode, Split, load_scenario
 
+STALLED_WARNING = 0.1  # share of streams read in one piece above which a level's timings are suspect
+
 
 class RunAborted(RuntimeError):
     """The run stopped early (server died, level timed out); partial results are on disk."""
@@ -287,6 +289,13 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunState:
                                 delta(before, scrape(endpoint.base_url, endpoint.headers())),
                             )
                             result.metrics["incomplete"] = plan.aborted is not None or not plan.finished()
+                            if result.metrics["stalled_stream_rate"] > STALLED_WARNING:
+                                print(
+                                    f"  warning: {result.metrics['stalled_stream_rate']:.0%} of the answers arrived in one piece "
+                                    "(first content after 90% of the latency): the client or this machine stalled; "
+                                    "treat this level's timings as suspect and re-run it",
+                                    flush=True,
+                                )
                             state.levels.append(result)
                             state.write()
         state.complete = True

@@ -19,6 +19,7 @@ SUMMARY_COLUMNS = {
     "tpot_median_ms": "TPOT ms",
     "invalid_json_rate": "invalid JSON",
     "rate_truncated": "truncated",
+    "stalled_stream_rate": "stalled streams",
     "wall_s": "wall s",
 }
 
@@ -59,7 +60,7 @@ def format_summary(summary: pd.DataFrame) -> str:
     if summary.empty:
         return "(no completed levels)"
     shown = summary.copy()
-    for column in ("invalid JSON", "truncated"):
+    for column in ("invalid JSON", "truncated", "stalled streams"):
         if column in shown:
             shown[column] = shown[column].map(lambda v: f"{v:.2%}")
     return shown.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")

@@ -48,6 +48,17 @@ def test_level_metrics_by_hand():
     assert m.invalid_json_rate == pytest.approx(0.25)
     assert m.rate_http_error == pytest.approx(0.25)
     assert m.valid_rate == pytest.approx(0.5)
+    assert m.stalled_stream_rate == 0.0
+
+
+def test_streams_read_in_one_piece_are_flagged():
+    records = [
+        rec(0.0, 0.95, 1.0, 40),  # first content after 95% of the latency: read in one piece
+        rec(0.0, 0.10, 1.0, 40),
+        rec(0.0, 0.50, 0.5, 3),  # too short to tell (one chunk can hold it all)
+        rec(0.0, 0.90, 1.0, 40, verdict="parse_error"),  # at the 90% line: counted, whatever the verdict
+    ]
+    assert level_metrics(records).stalled_stream_rate == pytest.approx(2 / 3)
 
 
 def test_empty_level_is_zero_not_a_crash():
