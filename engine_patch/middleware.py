@@ -132,7 +132,7 @@ def speculation_counts() -> dict[str, float]:
 
 
 def _live_facts() -> dict[str, Any]:
-    """What changes while the server runs: schemas compiled so far, token counts."""
+    """What the schema precompile thread has written so far (schemas compiled, failures)."""
     state_dir = os.environ.get(STATE_DIR_ENV)
     live: dict[str, Any] = {}
     if state_dir and os.path.exists(path := os.path.join(state_dir, SCHEMA_STATE_FILE)):
