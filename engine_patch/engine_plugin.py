@@ -67,6 +67,8 @@ class GrammarForcedCounter:
         if bitmask is None:
             return
         flags = single_token_rows(bitmask)
+        # Only this step's rows can match the next accept; older ones (aborted requests) are dropped.
+        self.pending = {}
         row = 0
         for request_id in request_ids:
             rows = len(spec_tokens.get(request_id, ())) + 1  # each draft position, then the bonus one

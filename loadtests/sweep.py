@@ -37,7 +37,7 @@ from loadtests.deploy import (
 from loadtests.gpustack_deploy import GPUStackDeployer
 from loadtests.gpustack_spec import parse_settings
 from loadtests.locustfile import ChatCompletionsUser, LevelPlan
-from loadtests.metrics import level_metrics
+from loadtests.metrics import STALL_SHARE, level_metrics
 from loadtests.records import RecordSink
 from loadtests.server_metrics import delta, scrape
 from reports.tables import levels_frame
@@ -292,7 +292,7 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunState:
                             if result.metrics["stalled_stream_rate"] > STALLED_WARNING:
                                 print(
                                     f"  warning: {result.metrics['stalled_stream_rate']:.0%} of the answers arrived in one piece "
-                                    "(first content after 90% of the latency): the client or this machine stalled; "
+                                    f"(first content after {STALL_SHARE:.0%} of the latency): the client or this machine stalled; "
                                     "treat this level's timings as suspect and re-run it",
                                     flush=True,
                                 )
