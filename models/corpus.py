@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from scenarios import Sample, Split, load_scenario
-from scenarios.generators import politeness
+from dspark_bench.scenarios import Sample, Split, load_scenario
+from dspark_bench.scenarios.generators import politeness
 
 # Share of training examples per scenario: the JSON extraction task the article measures leads.
 MIX: dict[str, float] = {"order_extraction": 0.4, "tool_call": 0.25, "review_sentiment": 0.2, "freeform_qa": 0.15}

@@ -18,10 +18,10 @@ from typing import Any
 
 import httpx
 
-from loadtests.config import load_config, python_launcher
-from loadtests.deploy import Endpoint, LocalDeployer, ServerSpec, cpu_server_env
-from loadtests.validate import Verdict, validate
-from scenarios import Sample, Split, load_all
+from dspark_bench.loadtests.config import load_config, python_launcher
+from dspark_bench.loadtests.deploy.local import Endpoint, LocalDeployer, ServerSpec, cpu_server_env
+from dspark_bench.loadtests.validate import Verdict, validate
+from dspark_bench.scenarios import Sample, Split, load_all
 
 MODELS_DIR = Path(__file__).parent
 ORDER_FIELDS = {

@@ -193,7 +193,7 @@ def cmd_check(args: argparse.Namespace) -> None:
     from transformers import AutoModelForCausalLM
 
     from models.tokenizer import load_tokenizer
-    from scenarios import Split, load_all
+    from dspark_bench.scenarios import Split, load_all
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = load_tokenizer(Path(args.model_dir))

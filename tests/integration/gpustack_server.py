@@ -22,8 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from loadtests.config import REPO_ROOT
-from loadtests.deploy import free_port, log_tail
+from dspark_bench.loadtests.config import REPO_ROOT
+from dspark_bench.loadtests.deploy.local import free_port, log_tail
 
 
 class GPUStackUnavailable(RuntimeError):

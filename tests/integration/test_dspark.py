@@ -7,10 +7,10 @@ import sys
 import httpx
 import pytest
 
-from loadtests.config import DEFAULT_MODEL, load_config, python_launcher
-from loadtests.deploy import LocalDeployer, ServerSpec, cpu_server_env
-from loadtests.server_metrics import scrape
-from scenarios import Split, load_scenario
+from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config, python_launcher
+from dspark_bench.loadtests.deploy.local import LocalDeployer, ServerSpec, cpu_server_env
+from dspark_bench.loadtests.server_metrics import scrape
+from dspark_bench.scenarios import Split, load_scenario
 
 pytestmark = pytest.mark.integration
 ARTICLE_FLAGS = ["--dspark-enabled", "--response-format", "json", "--enable-prefix-caching", "--dspark-speculative-length", "5"]
@@ -27,7 +27,7 @@ def servers(tmp_path_factory):
             "dspark",
             str(DEFAULT_MODEL),
             "tiny-json",
-            [sys.executable, "-m", "engine_patch.serve"],
+            [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
             [*common, *ARTICLE_FLAGS],
             env,
         ),
@@ -36,7 +36,7 @@ def servers(tmp_path_factory):
             "structure",
             str(DEFAULT_MODEL),
             "tiny-json",
-            [sys.executable, "-m", "engine_patch.serve"],
+            [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
             [*common, *ARTICLE_FLAGS, "--dspark-drafter", "structure"],
             env,
         ),
@@ -66,7 +66,7 @@ def test_status_line_and_endpoint_say_what_is_on(servers):
     assert status["draft_model"].endswith("tiny-json-draft")
     structure = httpx.get(f"{servers['structure'].base_url}/dspark/status", timeout=10).json()
     assert structure["drafter"] == "structure"
-    assert "engine_patch.drafter.JsonDrafter" in servers["structure"].log_path.read_text()
+    assert "dspark_bench.engine_patch.drafter.JsonDrafter" in servers["structure"].log_path.read_text()
 
 
 @pytest.mark.parametrize("arm", ["dspark", "structure"])

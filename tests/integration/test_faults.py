@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.config import load_config
-from loadtests.deploy import DeployError
-from loadtests.records import read_records
-from loadtests.sweep import RunAborted, run_sweep
+from dspark_bench.loadtests.config import load_config
+from dspark_bench.loadtests.deploy.local import DeployError
+from dspark_bench.loadtests.records import read_records
+from dspark_bench.loadtests.sweep import RunAborted, run_sweep
 from tests.integration.procs import assert_no_server_left
 
 FAKE = f"{sys.executable} {Path(__file__).resolve().parents[1] / 'fake_openai_server.py'}"
@@ -78,7 +78,7 @@ def test_healthy_fake_server_run_and_cli_exit_codes(tmp_path):
         [
             sys.executable,
             "-m",
-            "loadtests",
+            "dspark_bench",
             "bench",
             "--arms",
             "baseline",
@@ -113,7 +113,7 @@ def test_ctrl_c_stops_servers_and_keeps_results(tmp_path):
         [
             sys.executable,
             "-m",
-            "loadtests",
+            "dspark_bench",
             "bench",
             "--config",
             str(config),

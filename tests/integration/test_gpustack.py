@@ -16,10 +16,10 @@ import httpx
 import pytest
 import yaml
 
-from loadtests.config import DEFAULT_MODEL, REPO_ROOT
-from loadtests.deploy import DeployError, ServerSpec
-from loadtests.gpustack_deploy import GPUStackClient, GPUStackDeployer
-from loadtests.gpustack_spec import parse_settings
+from dspark_bench.loadtests.config import DEFAULT_MODEL, REPO_ROOT
+from dspark_bench.loadtests.deploy.local import DeployError, ServerSpec
+from dspark_bench.loadtests.deploy.gpustack import GPUStackClient, GPUStackDeployer
+from dspark_bench.loadtests.deploy.gpustack_spec import parse_settings
 
 from .gpustack_server import GPUStackServer, GPUStackUnavailable, running_gpustack
 
@@ -120,7 +120,7 @@ def test_bench_command_with_the_articles_yaml_fails_fast_keeps_results_and_clean
                                              "ready_timeout_s": 3, "poll_interval_s": 1}}  # fmt: skip
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     env = {"GPUSTACK_API_KEY": gpustack.api_key, "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "loadtests", "bench", "--config", str(tmp_path / "run.yaml")],
+    done = subprocess.run([sys.executable, "-m", "dspark_bench", "bench", "--config", str(tmp_path / "run.yaml")],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr  # the run failed (2 is for bad input)
     error_lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
@@ -149,7 +149,7 @@ def test_ctrl_c_while_waiting_deletes_the_models(gpustack, client, tmp_path):
                                              "poll_interval_s": 1}}  # fmt: skip
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     env = {"GPUSTACK_API_KEY": gpustack.api_key, "PATH": "/usr/bin:/bin"}
-    process = subprocess.Popen([sys.executable, "-m", "loadtests", "bench", "--config", str(tmp_path / "run.yaml")],
+    process = subprocess.Popen([sys.executable, "-m", "dspark_bench", "bench", "--config", str(tmp_path / "run.yaml")],
                                cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     output = []
     for line in process.stdout:  # wait until it polls

@@ -7,9 +7,9 @@ import sys
 import httpx
 import pytest
 
-from loadtests.config import DEFAULT_MODEL, load_config, python_launcher
-from loadtests.deploy import LocalDeployer, ServerSpec, cpu_server_env
-from scenarios import Split, load_all
+from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config, python_launcher
+from dspark_bench.loadtests.deploy.local import LocalDeployer, ServerSpec, cpu_server_env
+from dspark_bench.scenarios import Split, load_all
 from tests.integration.procs import assert_no_server_left
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
         [
             sys.executable,
             "-m",
-            "loadtests",
+            "dspark_bench",
             "bench",
             "--arms",
             "baseline,baseline-constrained",

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.config import REPO_ROOT
-from reports import render_html
+from dspark_bench.loadtests.config import REPO_ROOT
+from dspark_bench.reports import render_html
 
 pytestmark = pytest.mark.integration
 

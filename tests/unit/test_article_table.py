@@ -2,7 +2,7 @@
 
 import json
 
-from reports.article import article_table, load_records
+from dspark_bench.reports.article import article_table, load_records
 
 
 def _write_run(tmp_path):

@@ -1,8 +1,8 @@
 import pytest
 
-from loadtests.cli import main
-from loadtests.config import ConfigError, load_config
-from scenarios import Mode
+from dspark_bench.cli import main
+from dspark_bench.loadtests.config import ConfigError, load_config
+from dspark_bench.scenarios import Mode
 
 
 def test_defaults_follow_the_article():

@@ -1,8 +1,8 @@
 """What the harness says when a server fails: the root cause in one line, not a traceback."""
 
-from loadtests.deploy import failure_summary, root_cause
+from dspark_bench.loadtests.deploy.local import failure_summary, root_cause
 
-VLLM_OOM = """$ .venv/bin/python -m engine_patch.serve --model models/tiny-json
+VLLM_OOM = """$ .venv/bin/python -m dspark_bench.engine_patch.serve --model models/tiny-json
 # env: {'VLLM_CPU_KVCACHE_SPACE': '2'}
 (APIServer pid=14517) WARNING 11-29 17:06:47 [system_utils.py:255] Found ulimit of 20000 and failed to automatically increase
 (Worker pid=14696) ERROR 11-29 17:11:26 [multiproc_executor.py:1063] Traceback (most recent call last):

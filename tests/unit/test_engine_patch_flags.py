@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from engine_patch import SUPPORTED_VLLM
-from engine_patch.flags import FlagError, parse
-from engine_patch.middleware import with_default_format
-from engine_patch.serve import (
+from dspark_bench.engine_patch import SUPPORTED_VLLM
+from dspark_bench.engine_patch.flags import FlagError, parse
+from dspark_bench.engine_patch.middleware import with_default_format
+from dspark_bench.engine_patch.serve import (
     VersionError,
     build,
     load_aware_schedule,
@@ -115,10 +115,10 @@ def test_build_turns_the_switch_into_vllm_arguments():
     options, rest = parse([*ARTICLE, "--dspark-speculative-length", "6"])
     argv, facts = build(options, rest, gpu=False)
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec["method"] == "custom_class" and spec["model"] == "engine_patch.drafter.JsonDrafter"
+    assert spec["method"] == "custom_class" and spec["model"] == "dspark_bench.engine_patch.drafter.JsonDrafter"
     assert spec["num_speculative_tokens"] == 6
     assert "--structured-outputs-config" not in argv  # see serve.build: xgrammar's fixed separators
-    assert "engine_patch.middleware.DSparkMiddleware" in argv
+    assert "dspark_bench.engine_patch.middleware.DSparkMiddleware" in argv
     line = status_line(facts)
     assert "drafter structure" in line and "up to 6 draft tokens" in line and "JSON (json_object)" in line
     # this checkout is installed (make install), so vLLM will load the engine plugin

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from engine_patch import engine_plugin
-from engine_patch.engine_plugin import GrammarForcedCounter, read_counters, single_token_rows
-from loadtests.config import DEFAULT_MODEL
+from dspark_bench.engine_patch import engine_plugin
+from dspark_bench.engine_patch.engine_plugin import GrammarForcedCounter, read_counters, single_token_rows
+from dspark_bench.loadtests.config import DEFAULT_MODEL
 
 
 def _rows(*allowed_sets, vocab=100):

@@ -1,6 +1,6 @@
 """Finding where two answers part, in bytes (a token may hold half a character), and the report."""
 
-from loadtests.equality import NEAR_TIE_NATS, first_difference, render_markdown
+from studies.equality import NEAR_TIE_NATS, first_difference, render_markdown
 
 TOKENS = [b'{"', b"name", b'":"', "何".encode()[:2], "何".encode()[2:], b'"}']
 

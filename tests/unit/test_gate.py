@@ -2,7 +2,7 @@
 
 import pytest
 
-from reports.gate import GateError, Thresholds, evaluate, format_checks, load_thresholds
+from dspark_bench.reports.gate import GateError, Thresholds, evaluate, format_checks, load_thresholds
 
 
 def _level(arm, level, eff, p95=100.0, invalid=0.0, repeat=0):
@@ -71,7 +71,7 @@ def test_the_committed_thresholds_file_loads():
 def test_gate_command_on_the_committed_reference_run(tmp_path, capsys):
     import shutil
 
-    from loadtests.cli import main
+    from dspark_bench.cli import main
 
     run = tmp_path / "run"
     run.mkdir()

@@ -11,9 +11,9 @@ import json
 import httpx
 import pytest
 
-from loadtests.deploy import DeployError, ServerSpec
-from loadtests.gpustack_deploy import GPUStackDeployer
-from loadtests.gpustack_spec import parse_settings
+from dspark_bench.loadtests.deploy.local import DeployError, ServerSpec
+from dspark_bench.loadtests.deploy.gpustack import GPUStackDeployer
+from dspark_bench.loadtests.deploy.gpustack_spec import parse_settings
 
 DSPARK = ["--dspark-enabled", "--response-format", "json", "--enable-prefix-caching"]
 GOOD_LOG = "dspark-serve argv: --model /m --dspark-enabled --response-format json --enable-prefix-caching\nready\n"
@@ -99,8 +99,8 @@ def test_running_without_the_flags_in_argv_is_stopped(tmp_path, monkeypatch):
 
 
 def test_missing_key_stops_the_run_with_results_on_disk(tmp_path, monkeypatch):
-    from loadtests.config import load_config
-    from loadtests.sweep import run_sweep
+    from dspark_bench.loadtests.config import load_config
+    from dspark_bench.loadtests.sweep import run_sweep
 
     monkeypatch.delenv("GPUSTACK_API_KEY", raising=False)
     config = load_config(None, gpustack={"url": "http://gs", "model_path": "/m"}, arms=["baseline"], levels=[1])

@@ -2,8 +2,8 @@
 
 import pytest
 
-from loadtests.config import ConfigError, load_config
-from loadtests.gpustack_spec import (
+from dspark_bench.loadtests.config import ConfigError, load_config
+from dspark_bench.loadtests.deploy.gpustack_spec import (
     GPUStackSpecError,
     arm_flags,
     article_model_from_mapping,

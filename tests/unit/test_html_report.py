@@ -3,7 +3,7 @@
 import json
 import re
 
-from reports import render_html
+from dspark_bench.reports import render_html
 
 
 def test_page_is_offline_and_escapes_model_output(tmp_path):
@@ -30,7 +30,7 @@ def test_page_is_offline_and_escapes_model_output(tmp_path):
 
 
 def test_two_runs_side_by_side(tmp_path):
-    from reports.html import comparison_frame, render_comparison
+    from dspark_bench.reports.html import comparison_frame, render_comparison
 
     def run(eff, p95):
         metrics = {"effective_tok_s": eff, "latency_p95_ms": p95, "invalid_json_rate": 0.0}

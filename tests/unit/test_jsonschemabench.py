@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.validate import Verdict, validate
+from dspark_bench.loadtests.validate import Verdict, validate
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "jsonschemabench"
 

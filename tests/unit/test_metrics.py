@@ -1,7 +1,7 @@
 import pytest
 
-from loadtests.metrics import level_metrics, ratio
-from loadtests.records import RequestRecord
+from dspark_bench.loadtests.metrics import level_metrics, ratio
+from dspark_bench.loadtests.records import RequestRecord
 
 
 def rec(t_send, ttft, e2e, tokens, verdict="valid", warmup=False):
@@ -72,7 +72,7 @@ def test_ratio():
 
 
 def test_server_counter_deltas():
-    from loadtests.server_metrics import delta
+    from dspark_bench.loadtests.server_metrics import delta
 
     before = {"vllm:spec_decode_num_drafts": 10, "vllm:spec_decode_num_accepted_tokens": 50, "dspark_constrained_tokens": 100}
     after = {

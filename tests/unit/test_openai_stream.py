@@ -1,7 +1,7 @@
 import itertools
 
-from loadtests.openai_stream import chat_body, consume_sse
-from scenarios import Mode, load_scenario
+from dspark_bench.loadtests.openai_stream import chat_body, consume_sse
+from dspark_bench.scenarios import Mode, load_scenario
 
 
 def test_consume_sse_times_text_and_usage():

@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
-from scenarios import Mode, ScenarioError, Split, builtin_names, load_all, load_scenario
+from dspark_bench.scenarios import Mode, ScenarioError, Split, builtin_names, load_all, load_scenario
 
-DEFS = Path(__file__).resolve().parents[2] / "scenarios" / "defs"
+DEFS = Path(__file__).resolve().parents[2] / "dspark_bench" / "scenarios" / "defs"
 
 
 def test_every_builtin_scenario_loads():
@@ -98,7 +98,7 @@ def test_invalid_schema_is_rejected(tmp_path):
 
 def test_generator_error_surfaces_at_load(tmp_path):
     with pytest.raises(ScenarioError, match="cannot import"):
-        load_scenario(_write(tmp_path, _base(**{"scenarios.generators.review_sentiment:generate": "nope.mod:generate"})))
+        load_scenario(_write(tmp_path, _base(**{"dspark_bench.scenarios.generators.review_sentiment:generate": "nope.mod:generate"})))
     bad = _base(**{"score: {type: integer, minimum: 1, maximum: 5}": "score: {type: string}"})
     with pytest.raises(ScenarioError, match="ground truth .* violates the schema"):
         load_scenario(_write(tmp_path, bad))
@@ -116,7 +116,7 @@ def test_unknown_scenario_name_lists_the_known_ones():
 
 def test_a_few_prompts_end_politely_and_train_the_chatty_fenced_answer():
     from models.corpus import completion
-    from scenarios.generators import politeness
+    from dspark_bench.scenarios.generators import politeness
 
     samples = list(load_scenario("order_extraction").samples(Split.TRAIN, 3000))
     polite = [s for s in samples if politeness.ends_politely(s.messages[-1]["content"])]

@@ -1,6 +1,6 @@
 """The web UI's JSON tab counts, and how workers' counts add up on the master."""
 
-from loadtests.ui_stats import JsonStats
+from dspark_bench.loadtests.ui_stats import JsonStats
 
 
 def test_counts_by_verdict_and_effective_tokens_per_second():

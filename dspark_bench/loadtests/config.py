@@ -1,0 +1,201 @@
+"""What a run is: a YAML file, with command-line flags overriding it, checked before anything starts."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dspark_bench.loadtests.deploy.gpustack_spec import GPUStackSpecError, parse_settings
+from dspark_bench.scenarios import Mode, ScenarioError, builtin_names, load_scenario
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-json"
+DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32, 64)
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot work; the message names the setting and the fix."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of the comparison: how its server starts and how requests ask for JSON."""
+
+    name: str
+    description: str
+    server_args: tuple[str, ...] = ()
+    launcher: str = "vllm"  # "vllm" (stock OpenAI server), "dspark" (the engine patch), or a command line
+    mode: Mode | None = None  # forces a mode (baseline: prompt only); None = the run's mode
+
+
+BUILTIN_ARMS: dict[str, Arm] = {
+    arm.name: arm
+    for arm in (
+        Arm("baseline", "stock vLLM, JSON asked for in the prompt only (the article's baseline)", mode=Mode.PROMPT),
+        Arm("baseline-constrained", "stock vLLM with response_format (the fair baseline)"),
+        Arm(
+            "dspark",
+            "the DSpark engine patch: the article's flags, up to 12 draft tokens (measured better than 5 here)",
+            server_args=(
+                "--dspark-enabled",
+                "--response-format",
+                "json",
+                "--enable-prefix-caching",
+                "--dspark-speculative-length",
+                "12",
+            ),
+            launcher="dspark",
+        ),
+    )
+}
+
+
+def dspark_available() -> bool:
+    return importlib.util.find_spec("engine_patch") is not None and importlib.util.find_spec("dspark_bench.engine_patch.serve") is not None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: str = str(DEFAULT_MODEL)
+    scenarios: tuple[str, ...] = ("order_extraction",)
+    mode: Mode = Mode.JSON_OBJECT  # for arms that do not force one (the article's DSpark arm: json_object)
+    arms: tuple[str, ...] = ("baseline", "baseline-constrained", "dspark")
+    levels: tuple[int, ...] = DEFAULT_LEVELS
+    requests_per_level: int = 200
+    warmup_requests: int = 2
+    repeats: int = 1
+    max_tokens: int = 512
+    temperature: float = 0.0
+    request_timeout_s: float = 120.0
+    startup_timeout_s: float = 600.0
+    level_timeout_s: float = 3600.0
+    output_dir: str = "runs"
+    run_name: str | None = None
+    urls: dict[str, str] = field(default_factory=dict)  # arm -> base URL: use running servers
+    api_key_env: str = "OPENAI_API_KEY"
+    served_model_name: str | None = None
+    server_args: tuple[str, ...] = ("--dtype", "bfloat16", "--max-model-len", "1024")  # given to every local arm
+    custom_arms: tuple[Arm, ...] = ()
+    gpustack: dict[str, Any] | None = None  # deploy the arms on a GPUStack cluster (loadtests/gpustack_spec.py)
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.custom_arms:
+            if arm.name == name:
+                return arm
+        return BUILTIN_ARMS[name]
+
+    def arm_mode(self, arm: Arm) -> Mode:
+        return arm.mode or self.mode
+
+
+_LIST_FIELDS = {"scenarios", "arms", "levels", "server_args"}
+
+
+def _fail(setting: str, problem: str, fix: str) -> None:
+    raise ConfigError(f"setting '{setting}': {problem}; fix: {fix}")
+
+
+def _parse_arm(raw: Any) -> Arm:
+    if not isinstance(raw, dict) or "name" not in raw:
+        _fail("custom_arms", f"{raw!r} is not a mapping with a name", "write '- {name: x, server_args: [...], mode: prompt}'")
+    unknown = set(raw) - {"name", "description", "server_args", "launcher", "mode"}
+    if unknown:
+        _fail(
+            f"custom_arms.{raw['name']}", f"unknown keys {sorted(unknown)}", "use name, description, server_args, launcher, mode"
+        )
+    mode = raw.get("mode")
+    if mode is not None and mode not in {m.value for m in Mode}:
+        _fail(f"custom_arms.{raw['name']}.mode", f"unknown mode {mode!r}", "use prompt, json_object or json_schema")
+    return Arm(
+        name=str(raw["name"]),
+        description=str(raw.get("description", "custom arm")),
+        server_args=tuple(str(a) for a in raw.get("server_args", ())),
+        launcher=str(raw.get("launcher", "vllm")),
+        mode=Mode(mode) if mode else None,
+    )
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
+    """Defaults, then the YAML file, then ``overrides`` (CLI flags; None means 'not given')."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"config file {path} not found; fix: check the path (see loadtests/configs/)")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML ({exc}); fix: correct the syntax") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config file {path}: top level must be a mapping of settings")
+        values.update(raw)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name for f in fields(RunConfig)}
+    for key in values:
+        if key not in known:
+            _fail(key, "unknown setting", f"use one of {', '.join(sorted(known))}")
+    for key in _LIST_FIELDS & set(values):
+        if isinstance(values[key], str):
+            values[key] = [v.strip() for v in values[key].split(",") if v.strip()]
+        values[key] = tuple(values[key])
+    if "custom_arms" in values:
+        values["custom_arms"] = tuple(_parse_arm(a) for a in values["custom_arms"])
+    if "mode" in values:
+        if values["mode"] not in {Mode.PROMPT, Mode.JSON_OBJECT, Mode.JSON_SCHEMA}:
+            _fail("mode", f"unknown mode {values['mode']!r}", "use prompt, json_object or json_schema")
+        values["mode"] = Mode(values["mode"])
+    config = replace(RunConfig(), **values)
+    return check(config)
+
+
+def check(config: RunConfig) -> RunConfig:
+    known_arms = set(BUILTIN_ARMS) | {a.name for a in config.custom_arms}
+    for name in config.arms:
+        if name not in known_arms:
+            _fail("arms", f"unknown arm {name!r}", f"use {', '.join(sorted(known_arms))} or define it under custom_arms")
+    if not config.arms:
+        _fail("arms", "no arms", "name at least one arm")
+    for name in config.scenarios:
+        try:
+            load_scenario(name)
+        except ScenarioError as exc:
+            raise ConfigError(f"setting 'scenarios': {exc}") from None
+    if not config.scenarios:
+        _fail("scenarios", "empty", f"use some of {', '.join(builtin_names())}")
+    try:
+        levels = tuple(int(level) for level in config.levels)
+    except (TypeError, ValueError):
+        _fail("levels", f"{config.levels!r} are not integers", "write e.g. 1,2,4,8")
+    if not levels or min(levels) < 1:
+        _fail("levels", "concurrency levels must be >= 1", "write e.g. 1,2,4,8")
+    for name, value, low in (
+        ("requests_per_level", config.requests_per_level, 1),
+        ("warmup_requests", config.warmup_requests, 0),
+        ("repeats", config.repeats, 1),
+        ("max_tokens", config.max_tokens, 1),
+    ):
+        if not isinstance(value, int) or value < low:
+            _fail(name, f"{value!r} is not an integer >= {low}", f"give an integer >= {low}")
+    if config.gpustack is not None:
+        if config.urls:
+            _fail("gpustack", "given together with urls", "deploy on GPUStack or point at running servers, not both")
+        try:
+            parse_settings(config.gpustack)
+        except GPUStackSpecError as exc:
+            raise ConfigError(str(exc)) from None
+    elif config.urls:
+        missing = [a for a in config.arms if a not in config.urls]
+        if missing:
+            _fail("urls", f"no URL for arms {missing}", "give --url ARM=http://host:port for every arm, or drop those arms")
+    elif not Path(config.model).is_dir():
+        _fail("model", f"{config.model} is not a model directory", "give a local HF model folder (default: models/tiny-json)")
+    return replace(config, levels=levels)
+
+
+def python_launcher() -> list[str]:
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]

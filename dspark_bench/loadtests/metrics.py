@@ -1,0 +1,139 @@
+"""Every metric of a level, defined once, here. Pure functions over measured (non-warm-up) records.
+
+Definitions (vLLM ``bench serve`` where they overlap):
+- wall time of a level: last measured byte received - first measured request sent.
+- effective JSON throughput: output tokens of ``valid`` responses / wall time (tokens/s). For text
+  scenarios every complete answer is ``valid``, so it equals the raw throughput minus truncations.
+- raw output throughput: output tokens of every response that returned tokens / wall time.
+- request throughput: completed requests (any verdict but http_error / timeout) / wall time.
+- E2E latency: last byte - send, over completed requests; P50 / P95 / P99 (numpy linear percentiles).
+- TTFT: first content chunk - send; P50 / P95.
+- TPOT: (E2E - TTFT) / (output tokens - 1), over completed requests with more than one token; mean
+  and median.
+- invalid rate per category: count of that verdict / measured requests.
+- stalled-stream rate: completed answers of more than STALL_MIN_TOKENS tokens whose first content
+  arrived after STALL_SHARE of their latency (the whole stream read in one piece) / such answers.
+  A server streams token by token, so a high rate means the client (or the machine it shares with
+  the servers) stalled and the level's TTFT, TPOT and possibly latency are suspect.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from dspark_bench.loadtests.records import RequestRecord
+from dspark_bench.loadtests.validate import Verdict
+
+FAILED = {Verdict.HTTP_ERROR.value, Verdict.TIMEOUT.value}
+STALL_MIN_TOKENS = 8
+STALL_SHARE = 0.9
+
+
+@dataclass
+class LevelMetrics:
+    requests: int
+    completed: int
+    wall_s: float
+    effective_tok_s: float
+    raw_tok_s: float
+    requests_per_s: float
+    output_tokens: int
+    valid_output_tokens: int
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    latency_p99_ms: float | None
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    tpot_mean_ms: float | None
+    tpot_median_ms: float | None
+    valid_rate: float
+    invalid_json_rate: float  # parse_error + schema_violation
+    rate_parse_error: float
+    rate_schema_violation: float
+    rate_truncated: float
+    rate_http_error: float
+    rate_timeout: float
+    field_accuracy: float | None  # mean over valid responses with ground truth
+    exact_match_rate: float | None
+    stalled_stream_rate: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def percentile_ms(values_s: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(values_s) * 1000.0, q)) if len(values_s) else None
+
+
+def wall_time_s(records: Sequence[RequestRecord]) -> float:
+    ends = [r.t_last_byte for r in records if r.t_last_byte is not None]
+    if not records or not ends:
+        return 0.0
+    return max(ends) - min(r.t_send for r in records)
+
+
+def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
+    measured = [r for r in records if not r.warmup]
+    n = len(measured)
+    wall = wall_time_s(measured)
+    completed = [r for r in measured if r.verdict not in FAILED]
+    verdicts = Counter(r.verdict for r in measured)
+    tokens = sum(r.output_tokens or 0 for r in measured)
+    valid = [r for r in measured if r.verdict == Verdict.VALID.value]
+    valid_tokens = sum(r.output_tokens or 0 for r in valid)
+    e2e = [r.e2e_s for r in completed if r.e2e_s is not None]
+    ttft = [r.ttft_s for r in completed if r.ttft_s is not None]
+    tpot = [
+        (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
+        for r in completed
+        if r.e2e_s is not None and r.ttft_s is not None and (r.output_tokens or 0) > 1
+    ]
+    streamed = [r for r in completed if r.e2e_s and r.ttft_s is not None and (r.output_tokens or 0) > STALL_MIN_TOKENS]
+    stalled = [r for r in streamed if r.ttft_s >= STALL_SHARE * r.e2e_s]
+    accuracies = [r.field_accuracy for r in valid if r.field_accuracy is not None]
+    exact = [r.exact_match for r in valid if r.exact_match is not None]
+
+    def rate(verdict: Verdict) -> float:
+        return verdicts[verdict.value] / n if n else 0.0
+
+    def per_s(amount: float) -> float:
+        return amount / wall if wall > 0 else 0.0
+
+    return LevelMetrics(
+        requests=n,
+        completed=len(completed),
+        wall_s=wall,
+        effective_tok_s=per_s(valid_tokens),
+        raw_tok_s=per_s(tokens),
+        requests_per_s=per_s(len(completed)),
+        output_tokens=tokens,
+        valid_output_tokens=valid_tokens,
+        latency_p50_ms=percentile_ms(e2e, 50),
+        latency_p95_ms=percentile_ms(e2e, 95),
+        latency_p99_ms=percentile_ms(e2e, 99),
+        ttft_p50_ms=percentile_ms(ttft, 50),
+        ttft_p95_ms=percentile_ms(ttft, 95),
+        tpot_mean_ms=float(np.mean(tpot) * 1000) if tpot else None,
+        tpot_median_ms=float(np.median(tpot) * 1000) if tpot else None,
+        valid_rate=rate(Verdict.VALID),
+        invalid_json_rate=rate(Verdict.PARSE_ERROR) + rate(Verdict.SCHEMA_VIOLATION),
+        rate_parse_error=rate(Verdict.PARSE_ERROR),
+        rate_schema_violation=rate(Verdict.SCHEMA_VIOLATION),
+        rate_truncated=rate(Verdict.TRUNCATED),
+        rate_http_error=rate(Verdict.HTTP_ERROR),
+        rate_timeout=rate(Verdict.TIMEOUT),
+        field_accuracy=float(np.mean(accuracies)) if accuracies else None,
+        exact_match_rate=float(np.mean(exact)) if exact else None,
+        stalled_stream_rate=len(stalled) / len(streamed) if streamed else 0.0,
+    )
+
+
+def ratio(value: float | None, reference: float | None) -> float | None:
+    """value / reference, or None when either is missing or the reference is zero."""
+    if value is None or not reference:
+        return None
+    return value / reference

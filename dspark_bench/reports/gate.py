@@ -1,0 +1,140 @@
+"""CI regression gates: a run's results checked against a committed thresholds file.
+
+A thresholds file (YAML) says, per arm and concurrency level, the smallest effective-throughput ratio
+to a reference arm of the same run, the largest invalid-JSON rate, and how much P95 latency may grow
+over a committed reference run. Every check gets a noise margin: the file's ``noise_margin``, or the
+run's own spread across repeats where that is larger (this machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dspark_bench.reports.tables import levels_frame
+
+KNOWN_KEYS = {"bench_config", "reference_run", "against", "noise_margin", "min_speedup", "max_invalid_rate", "max_p95_regression"}
+
+
+class GateError(ValueError):
+    """A thresholds file that cannot be used; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    against: str = "baseline-constrained"  # speed-ups are ratios to this arm, in the same run
+    noise_margin: float = 0.05  # relative slack on every check, at least
+    min_speedup: dict[str, dict[int, float]] = field(default_factory=dict)  # arm -> level -> ratio
+    max_invalid_rate: dict[str, float] = field(default_factory=dict)  # arm -> rate (0.01 = 1%)
+    max_p95_regression: float | None = None  # 0.25: P95 may be 25% above the reference run's
+    reference_run: Path | None = None  # results.json (or its folder) of the reference run
+    bench_config: Path | None = None  # the short sweep `gate` runs when given no saved run
+
+
+@dataclass(frozen=True)
+class Check:
+    check: str
+    arm: str
+    level: int | None
+    measured: float
+    limit: float
+    passed: bool
+
+
+def load_thresholds(path: str | Path) -> Thresholds:
+    path = Path(path)
+    if not path.is_file():
+        raise GateError(f"{path}: no such thresholds file; fix: pass --thresholds FILE (see benchmarks/gate/thresholds.yaml)")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise GateError(f"{path}: not valid YAML ({exc}); fix: correct the file") from None
+    if not isinstance(raw, dict):
+        raise GateError(f"{path}: expected a mapping of settings; fix: see benchmarks/gate/thresholds.yaml")
+    unknown = set(raw) - KNOWN_KEYS
+    if unknown:
+        raise GateError(f"{path}: unknown keys {sorted(unknown)}; fix: use {', '.join(sorted(KNOWN_KEYS))}")
+    here = path.parent
+    try:
+        return Thresholds(
+            against=str(raw.get("against", "baseline-constrained")),
+            noise_margin=float(raw.get("noise_margin", 0.05)),
+            min_speedup={
+                str(arm): {int(level): float(v) for level, v in levels.items()}
+                for arm, levels in (raw.get("min_speedup") or {}).items()
+            },
+            max_invalid_rate={str(arm): float(v) for arm, v in (raw.get("max_invalid_rate") or {}).items()},
+            max_p95_regression=None if raw.get("max_p95_regression") is None else float(raw["max_p95_regression"]),
+            reference_run=here / raw["reference_run"] if raw.get("reference_run") else None,
+            bench_config=here / raw["bench_config"] if raw.get("bench_config") else None,
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise GateError(
+            f"{path}: a value has the wrong shape ({exc}); fix: min_speedup is arm -> level -> number, "
+            "max_invalid_rate is arm -> number"
+        ) from None
+
+
+def _by_arm_level(results: dict[str, Any]):
+    """Per (arm, level): median effective tok/s, its relative spread over repeats, worst invalid rate, median P95."""
+    df = levels_frame(results)
+    if df.empty:
+        return {}
+    out = {}
+    for (arm, level), rows in df.groupby(["arm", "level"]):
+        eff = rows["effective_tok_s"]
+        median = float(eff.median())
+        spread = float((eff.max() - eff.min()) / median) if median and len(eff) > 1 else 0.0
+        out[(arm, int(level))] = {
+            "eff": median,
+            "spread": spread,
+            "invalid": float(rows["invalid_json_rate"].max()),
+            "p95": float(rows["latency_p95_ms"].median()),
+        }
+    return out
+
+
+def evaluate(results: dict[str, Any], thresholds: Thresholds, reference: dict[str, Any] | None = None) -> list[Check]:
+    """Every check the thresholds ask for; a level missing from the run fails its check."""
+    stats = _by_arm_level(results)
+    checks: list[Check] = []
+    for arm, levels in thresholds.min_speedup.items():
+        for level, minimum in sorted(levels.items()):
+            mine, base = stats.get((arm, level)), stats.get((thresholds.against, level))
+            if not mine or not base or not base["eff"]:
+                checks.append(Check(f"speed-up vs {thresholds.against}", arm, level, float("nan"), minimum, False))
+                continue
+            margin = max(thresholds.noise_margin, mine["spread"], base["spread"])
+            ratio = mine["eff"] / base["eff"]
+            limit = minimum * (1 - margin)
+            checks.append(Check(f"speed-up vs {thresholds.against}", arm, level, ratio, limit, ratio >= limit))
+    for arm, maximum in thresholds.max_invalid_rate.items():
+        levels = sorted(level for a, level in stats if a == arm)
+        worst = max((stats[(arm, level)]["invalid"] for level in levels), default=float("nan"))
+        checks.append(Check("invalid JSON rate", arm, None, worst, maximum, bool(levels) and worst <= maximum))
+    if thresholds.max_p95_regression is not None and reference is not None:
+        ref_stats = _by_arm_level(reference)
+        for (arm, level), mine in sorted(stats.items()):
+            ref = ref_stats.get((arm, level))
+            if not ref:
+                continue
+            margin = max(thresholds.noise_margin, mine["spread"], ref["spread"])
+            limit = ref["p95"] * (1 + thresholds.max_p95_regression + margin)
+            checks.append(Check("P95 ms vs reference", arm, level, mine["p95"], limit, mine["p95"] <= limit))
+    return checks
+
+
+def format_checks(checks: list[Check]) -> str:
+    lines = [f"{'result':6}  {'check':32}  {'arm':22}  {'level':>5}  {'measured':>10}  {'limit':>10}"]
+    for c in checks:
+        level = "all" if c.level is None else str(c.level)
+        lines.append(
+            f"{'PASS' if c.passed else 'FAIL':6}  {c.check:32}  {c.arm:22}  {level:>5}  {c.measured:>10.3f}  "
+            f"{('>= ' if c.check.startswith('speed') else '<= ') + f'{c.limit:.3f}':>10}"
+        )
+    failed = sum(not c.passed for c in checks)
+    lines.append(f"gate: {'FAILED' if failed else 'passed'} ({len(checks) - failed}/{len(checks)} checks passed)")
+    return "\n".join(lines)

@@ -1,0 +1,32 @@
+"""Benchmark scenarios: declarative files plus seeded generators giving messages, schema and ground truth.
+
+>>> from dspark_bench.scenarios import load_scenario
+>>> sample = load_scenario("order_extraction").sample(1_000_000)
+>>> sample.messages, sample.schema, sample.answer
+"""
+
+from dspark_bench.scenarios.spec import (
+    Example,
+    Mode,
+    Sample,
+    Scenario,
+    ScenarioError,
+    Split,
+    builtin_names,
+    check_schema,
+    load_all,
+    load_scenario,
+)
+
+__all__ = [
+    "Example",
+    "Mode",
+    "Sample",
+    "Scenario",
+    "ScenarioError",
+    "Split",
+    "builtin_names",
+    "check_schema",
+    "load_all",
+    "load_scenario",
+]

@@ -1,3 +1,0 @@
-from loadtests.cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""Is DSpark lossless? Answers of the patched server against stock vLLM's, token for token.
+
+    python -m studies.equality [--prompts 100] [--arms dspark,dspark-structure] [--out benchmarks/dspark/equality]
+
+Stock vLLM and each DSpark drafter run side by side on the embedded model; every scenario's first
+``--prompts`` held-out prompts go to each server one at a time (concurrency 1, temperature 0, the same
+``response_format``: ``json_object`` for JSON scenarios, ``text`` for free text). Stock answers carry
+their top-2 log-probabilities, so where an answer differs, the first differing token's top-2 gap on the
+stock server tells a floating-point near-tie (two tokens almost equally likely; batched verification
+rounds differently) from a real fault (a drafting or grammar error would differ where the model
+was sure). Writes results.json and RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from dspark_bench.loadtests.config import BUILTIN_ARMS, DEFAULT_MODEL, load_config, python_launcher
+from dspark_bench.loadtests.deploy.local import Endpoint, LocalDeployer, ServerSpec, cpu_server_env
+from dspark_bench.loadtests.server_metrics import delta, scrape
+from dspark_bench.loadtests.sweep import machine_facts
+from dspark_bench.scenarios import Mode, Split, load_scenario
+
+# the builtin dspark arm's flags, so this checks exactly what the benchmark runs
+DSPARK_FLAGS = list(BUILTIN_ARMS["dspark"].server_args)
+ARMS = {"dspark": DSPARK_FLAGS, "dspark-structure": [*DSPARK_FLAGS, "--dspark-drafter", "structure"]}
+SCENARIOS = ("order_extraction", "review_sentiment", "tool_call", "freeform_qa")
+# Below this top-2 gap (nats) two tokens are a near-tie: bf16 logits of a 13-position verification pass
+# and of a one-token step differ by about this much.
+NEAR_TIE_NATS = 0.1
+
+
+@dataclass(frozen=True)
+class Difference:
+    scenario: str
+    request_id: str
+    position: int  # index of the first differing token in the stock answer
+    stock_token: str
+    stock_top2: list[tuple[str, float]]  # the stock server's two most likely tokens there, with log-probs
+    gap_nats: float
+    patched_text: str  # the patched answer from the first difference on (clipped)
+    stock_text: str
+
+    @property
+    def near_tie(self) -> bool:
+        return self.gap_nats < NEAR_TIE_NATS
+
+
+def first_difference(stock_tokens: list[bytes], patched: bytes) -> int | None:
+    """Index of the first stock token the patched answer does not continue with; None if equal.
+
+    Bytes, not text: a token may hold part of a multi-byte character (the logprobs' ``bytes`` field).
+    """
+    offset = 0
+    for index, token in enumerate(stock_tokens):
+        if patched[offset : offset + len(token)] != token:
+            return index
+        offset += len(token)
+    return None if offset == len(patched) else len(stock_tokens)
+
+
+def _ask(endpoint: Endpoint, messages: list[dict], response_format: dict, logprobs: bool) -> dict:
+    body = {"model": endpoint.model, "messages": messages, "max_tokens": 512, "temperature": 0,
+            "response_format": response_format}  # fmt: skip
+    if logprobs:
+        body.update(logprobs=True, top_logprobs=2)
+    response = httpx.post(f"{endpoint.base_url}/v1/chat/completions", json=body, timeout=300)
+    response.raise_for_status()
+    return response.json()["choices"][0]
+
+
+def compare(stock: Endpoint, patched: Endpoint, scenario_name: str, prompts: int) -> tuple[int, list[Difference]]:
+    scenario = load_scenario(scenario_name)
+    equal, differences = 0, []
+    for sample in scenario.samples(Split.EVAL, prompts):
+        response_format = sample.response_format(Mode.JSON_OBJECT if sample.is_json else Mode.TEXT)
+        reference = _ask(stock, sample.messages, response_format, logprobs=True)
+        answer = _ask(patched, sample.messages, response_format, logprobs=False)["message"]["content"] or ""
+        steps = reference["logprobs"]["content"]
+        if reference["finish_reason"] == "stop" and steps and not reference["message"]["content"].endswith(steps[-1]["token"]):
+            steps = steps[:-1]  # the end-of-sequence token: scored, never part of the text
+        tokens = [bytes(step["bytes"]) if step.get("bytes") is not None else step["token"].encode() for step in steps]
+        position = first_difference(tokens, answer.encode())
+        if position is None:
+            equal += 1
+            continue
+        step = steps[min(position, len(steps) - 1)]
+        top2 = [(c["token"], c["logprob"]) for c in step["top_logprobs"][:2]]
+        gap = top2[0][1] - top2[1][1] if len(top2) == 2 else float("inf")
+        offset = sum(len(t) for t in tokens[:position])
+        clip = slice(offset, offset + 80)
+        stock_text = reference["message"]["content"].encode()[clip].decode(errors="replace")
+        differences.append(
+            Difference(
+                scenario_name,
+                sample.request_id,
+                position,
+                step["token"],
+                top2,
+                round(gap, 4),
+                answer.encode()[clip].decode(errors="replace"),
+                stock_text,
+            )  # fmt: skip
+        )
+    return equal, differences
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def render_markdown(results: dict) -> str:
+    lines = [
+        "# DSpark against stock vLLM: equal answers, token for token",
+        "",
+        f"`python -m studies.equality --prompts {results['prompts']}` on {results['machine']['cpu']} "
+        f"({results['machine']['cores']} cores), git {results['machine']['git_commit']}, {results['started']}.",
+        "Concurrency 1, temperature 0, max_tokens 512, the same response_format on both servers "
+        "(json_object for JSON scenarios, text for freeform_qa). A difference is a near-tie when the stock "
+        f"server's top-2 log-prob gap at the first differing token is below {NEAR_TIE_NATS} nats.",
+        "",
+        "| arm | scenario | prompts | equal | equal % | differences | near-ties | largest gap (nats) | mean acceptance length |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in results["rows"]:
+        gaps = [d["gap_nats"] for d in row["differences"]]
+        ties = sum(g < NEAR_TIE_NATS for g in gaps)
+        lines.append(
+            f"| {row['arm']} | {row['scenario']} | {row['prompts']} | {row['equal']} | {100 * row['equal'] / row['prompts']:.1f} | "
+            f"{len(gaps)} | {ties} | {max(gaps) if gaps else '-'} | {_number(row.get('mean_acceptance_length'))} |"
+        )
+    lines += ["", "## Every difference", ""]
+    for row in results["rows"]:
+        for d in row["differences"]:
+            top2 = ", ".join(f"{json.dumps(t, ensure_ascii=False)} {lp:.4f}" for t, lp in d["stock_top2"])
+            lines.append(
+                f"- {row['arm']} `{d['request_id']}` token {d['position']}: stock top-2 {top2} (gap {d['gap_nats']}); "
+                f"stock `{d['stock_text'][:40]!r}` vs patched `{d['patched_text'][:40]!r}`"
+            )
+    if not any(row["differences"] for row in results["rows"]):
+        lines.append("None.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m studies.equality", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=100, help="held-out prompts per scenario (default 100)")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"DSpark arms to compare with stock vLLM ({', '.join(ARMS)})")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="scenarios (default: all four)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/dspark/equality"), help="where results go")
+    args = parser.parse_args(argv)
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or args.prompts < 1:
+        parser.error(f"unknown arm(s) {unknown}; use {', '.join(ARMS)}" if unknown else "--prompts must be >= 1")
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    for name in scenarios:
+        load_scenario(name)  # fails early on a typo, with the known names
+    args.out.mkdir(parents=True, exist_ok=True)
+    common, env = list(load_config().server_args), cpu_server_env()
+    patch_launcher = [sys.executable, "-m", "dspark_bench.engine_patch.serve"]
+    specs = [ServerSpec("stock", str(DEFAULT_MODEL), "tiny-json", python_launcher(), common, env)]
+    specs += [ServerSpec(arm, str(DEFAULT_MODEL), "tiny-json", patch_launcher, [*common, *ARMS[arm]], env) for arm in arms]
+    deployer = LocalDeployer(args.out / "logs")
+    results = {"prompts": args.prompts, "started": datetime.now(UTC).isoformat(timespec="seconds"),
+               "machine": machine_facts(), "rows": []}  # fmt: skip
+    try:
+        endpoints = {e.arm: e for e in deployer.start_many(specs)}
+        for arm in arms:
+            for scenario in scenarios:
+                before = scrape(endpoints[arm].base_url)
+                equal, differences = compare(endpoints["stock"], endpoints[arm], scenario, args.prompts)
+                # proof the drafts were there to get wrong: vLLM's mean acceptance length over these prompts
+                acceptance = delta(before, scrape(endpoints[arm].base_url)).get("mean_acceptance_length")
+                print(f"{arm:<18} {scenario:<18} {equal}/{args.prompts} equal, {len(differences)} differ, "
+                      f"mean acceptance length {acceptance or 0:.2f}", flush=True)  # fmt: skip
+                results["rows"].append({"arm": arm, "scenario": scenario, "prompts": args.prompts, "equal": equal,
+                                        "mean_acceptance_length": acceptance,
+                                        "differences": [asdict(d) for d in differences]})  # fmt: skip
+                (args.out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
+    finally:
+        deployer.stop_all()
+    (args.out / "RESULTS.md").write_text(render_markdown(results), encoding="utf-8")
+    print(f"results: {args.out / 'RESULTS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
