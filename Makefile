@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 VLLM_BUILD ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 STAMP := $(VENV)/.installed-$(VLLM_BUILD)
 REQUESTS ?=
-BENCH_CONFIG ?= loadtests/configs/cpu-default.yaml
+BENCH_CONFIG ?= dspark_bench/loadtests/configs/cpu-default.yaml
 BENCH_ARGS ?=
 
 .PHONY: install browser gpustack bench bench-dspark equality ui gate test test-unit test-integration lint model eval clean
@@ -55,21 +55,21 @@ $(GPUSTACK_STAMP):
 gpustack: $(GPUSTACK_STAMP)
 
 bench: install
-	$(PY) -m loadtests bench --config $(BENCH_CONFIG) $(if $(REQUESTS),--requests $(REQUESTS)) $(BENCH_ARGS)
+	$(VENV)/bin/dspark-bench bench --config $(BENCH_CONFIG) $(if $(REQUESTS),--requests $(REQUESTS)) $(BENCH_ARGS)
 
 bench-dspark: install
-	$(PY) -m loadtests bench --config benchmarks/dspark/config.yaml $(BENCH_ARGS)
+	$(VENV)/bin/dspark-bench bench --config benchmarks/dspark/config.yaml $(BENCH_ARGS)
 
 # DSpark's answers against stock vLLM's, token for token (100 prompts x 4 scenarios, ~20 min)
 equality: install
-	$(PY) -m loadtests.equality $(EQUALITY_ARGS)
+	$(PY) -m studies.equality $(EQUALITY_ARGS)
 
 ui: install
-	$(PY) -m loadtests ui $(UI_ARGS)
+	$(VENV)/bin/dspark-bench ui $(UI_ARGS)
 
 # GATE_ARGS="--run runs/X" checks a saved run instead of running the short sweep.
 gate: install
-	$(PY) -m loadtests gate --thresholds benchmarks/gate/thresholds.yaml $(GATE_ARGS)
+	$(VENV)/bin/dspark-bench gate --thresholds benchmarks/gate/thresholds.yaml $(GATE_ARGS)
 
 test: install browser gpustack
 	$(PY) -m pytest -q

@@ -1,4 +1,4 @@
-"""``python -m loadtests bench|report|gate``: deploy the arms, sweep concurrency, validate, report, gate.
+"""``dspark-bench bench|report|gate|ui``: deploy the arms, sweep concurrency, validate, report, gate.
 
 Exit status: 0 done (gate: passed); 1 the run stopped early (partial results kept, marked
 incomplete) or the gate failed; 2 bad configuration or input (nothing was started); 130 Ctrl-C.
@@ -17,9 +17,11 @@ import gevent
 import locust  # noqa: F401  - early: gevent patches sockets before anything opens one
 
 from dspark_bench.loadtests.config import ConfigError, load_config
-from dspark_bench.loadtests.deploy.local import DeployError
+from dspark_bench.loadtests.deploy.base import DeployError
+from dspark_bench.loadtests.records import records_path
+from dspark_bench.loadtests.results import load_results, results_from_records
 from dspark_bench.loadtests.sweep import RunAborted, run_sweep
-from dspark_bench.reports import load_results, render_html
+from dspark_bench.reports import render_html
 from dspark_bench.reports.gate import GateError, evaluate, format_checks, load_thresholds
 from dspark_bench.reports.html import render_comparison
 from dspark_bench.reports.tables import format_summary, summary_frame
@@ -48,7 +50,7 @@ def _int_list(text: str | None) -> list[int] | None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m loadtests", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="dspark-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser(
@@ -163,13 +165,13 @@ def execute(config) -> tuple[int, Path]:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from dspark_bench.loadtests.ui import run_ui, write_results_from_records
+    from dspark_bench.loadtests.ui import run_ui
 
     overrides = {k: getattr(args, k) for k in ("model", "scenarios", "mode", "api_key_env", "output_dir", "run_name")}
     overrides["urls"] = _urls(args.url)
     config = load_config(None if args.config is None else args.config, arms=args.arm, **overrides)
     status, run_dir, arms = run_ui(config, args.arm, args.web_port, args.workers)
-    write_results_from_records(run_dir, config, arms)
+    results_from_records(run_dir, config, arms).write()
     _report(run_dir)
     return 0 if status in (0, 1) else status  # Locust exits 1 when any answer failed validation
 
@@ -223,11 +225,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_ui(args)
         run_dir = Path(args.run_dir)
         if not (run_dir / "results.json").exists():
-            if not (run_dir / "requests.jsonl").exists():
+            if records_path(run_dir) is None:
                 raise ConfigError(f"{run_dir} has neither results.json nor requests.jsonl; give a run folder")
-            from dspark_bench.loadtests.ui import write_results_from_records  # a Locust-only run (web UI, master/worker)
-
-            write_results_from_records(run_dir, load_config(), {})
+            results_from_records(run_dir, load_config(), {}).write()  # a Locust-only run (web UI, master/worker)
         _report(run_dir)
         if args.compare:
             other = Path(args.compare)

@@ -16,14 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from dspark_bench.loadtests.config import load_config, python_launcher
-from dspark_bench.loadtests.deploy.local import Endpoint, LocalDeployer, ServerSpec, cpu_server_env
+from dspark_bench.loadtests.arms import vllm_launcher
+from dspark_bench.loadtests.config import load_config
+from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
+from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
+from dspark_bench.loadtests.openai_api import ask
 from dspark_bench.loadtests.validate import Verdict, validate
 from dspark_bench.scenarios import Sample, Split, load_all
 
 MODELS_DIR = Path(__file__).parent
+ANSWER_TIMEOUT_S = 300.0  # non-streaming: the whole answer at once, several requests in flight
 ORDER_FIELDS = {
     "order_id": lambda v: v.get("order_id"),
     "user.name": lambda v: (v.get("user") or {}).get("name"),
@@ -34,10 +36,7 @@ ORDER_FIELDS = {
 
 
 def _ask(endpoint: Endpoint, sample: Sample) -> tuple[str, str | None]:
-    body = {"model": endpoint.model, "messages": sample.messages, "max_tokens": 512, "temperature": 0}
-    response = httpx.post(f"{endpoint.base_url}/v1/chat/completions", json=body, timeout=300)
-    response.raise_for_status()
-    choice = response.json()["choices"][0]
+    choice = ask(endpoint.base_url, endpoint.model, sample.messages, timeout_s=ANSWER_TIMEOUT_S)["choices"][0]
     return choice["message"]["content"], choice["finish_reason"]
 
 
@@ -153,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for name in args.models:
             model_dir = MODELS_DIR / name
-            spec = ServerSpec(name, str(model_dir), name, python_launcher(), list(load_config().server_args), cpu_server_env())
+            spec = ServerSpec(name, str(model_dir), name, vllm_launcher(), list(load_config().server_args), env=cpu_server_env())
             print(f"{name}: starting vLLM ...", flush=True)
             endpoint = deployer.start(spec)
             t0 = time.time()

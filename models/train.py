@@ -192,8 +192,8 @@ def cmd_check(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from models.tokenizer import load_tokenizer
     from dspark_bench.scenarios import Split, load_all
+    from models.tokenizer import load_tokenizer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = load_tokenizer(Path(args.model_dir))

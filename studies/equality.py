@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
-
-from dspark_bench.loadtests.config import BUILTIN_ARMS, DEFAULT_MODEL, load_config, python_launcher
-from dspark_bench.loadtests.deploy.local import Endpoint, LocalDeployer, ServerSpec, cpu_server_env
+from dspark_bench.loadtests.arms import BUILTIN_ARMS, dspark_launcher, vllm_launcher
+from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
+from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
+from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
+from dspark_bench.loadtests.machine import machine_facts
+from dspark_bench.loadtests.openai_api import ask
 from dspark_bench.loadtests.server_metrics import delta, scrape
-from dspark_bench.loadtests.sweep import machine_facts
 from dspark_bench.scenarios import Mode, Split, load_scenario
 
 # the builtin dspark arm's flags, so this checks exactly what the benchmark runs
@@ -35,6 +35,7 @@ SCENARIOS = ("order_extraction", "review_sentiment", "tool_call", "freeform_qa")
 # Below this top-2 gap (nats) two tokens are a near-tie: bf16 logits of a 13-position verification pass
 # and of a one-token step differ by about this much.
 NEAR_TIE_NATS = 0.1
+ANSWER_TIMEOUT_S = 300.0  # non-streaming, with log-probs: a whole answer at once on a busy machine
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,6 @@ class Difference:
     gap_nats: float
     patched_text: str  # the patched answer from the first difference on (clipped)
     stock_text: str
-
-    @property
-    def near_tie(self) -> bool:
-        return self.gap_nats < NEAR_TIE_NATS
 
 
 def first_difference(stock_tokens: list[bytes], patched: bytes) -> int | None:
@@ -66,23 +63,15 @@ def first_difference(stock_tokens: list[bytes], patched: bytes) -> int | None:
     return None if offset == len(patched) else len(stock_tokens)
 
 
-def _ask(endpoint: Endpoint, messages: list[dict], response_format: dict, logprobs: bool) -> dict:
-    body = {"model": endpoint.model, "messages": messages, "max_tokens": 512, "temperature": 0,
-            "response_format": response_format}  # fmt: skip
-    if logprobs:
-        body.update(logprobs=True, top_logprobs=2)
-    response = httpx.post(f"{endpoint.base_url}/v1/chat/completions", json=body, timeout=300)
-    response.raise_for_status()
-    return response.json()["choices"][0]
-
-
 def compare(stock: Endpoint, patched: Endpoint, scenario_name: str, prompts: int) -> tuple[int, list[Difference]]:
     scenario = load_scenario(scenario_name)
     equal, differences = 0, []
     for sample in scenario.samples(Split.EVAL, prompts):
         response_format = sample.response_format(Mode.JSON_OBJECT if sample.is_json else Mode.TEXT)
-        reference = _ask(stock, sample.messages, response_format, logprobs=True)
-        answer = _ask(patched, sample.messages, response_format, logprobs=False)["message"]["content"] or ""
+        reference = ask(stock.base_url, stock.model, sample.messages, response_format=response_format, timeout_s=ANSWER_TIMEOUT_S,
+                        logprobs=True, top_logprobs=2)["choices"][0]  # fmt: skip
+        answer = ask(patched.base_url, patched.model, sample.messages, response_format=response_format,
+                     timeout_s=ANSWER_TIMEOUT_S)["choices"][0]["message"]["content"] or ""  # fmt: skip
         steps = reference["logprobs"]["content"]
         if reference["finish_reason"] == "stop" and steps and not reference["message"]["content"].endswith(steps[-1]["token"]):
             steps = steps[:-1]  # the end-of-sequence token: scored, never part of the text
@@ -165,9 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         load_scenario(name)  # fails early on a typo, with the known names
     args.out.mkdir(parents=True, exist_ok=True)
     common, env = list(load_config().server_args), cpu_server_env()
-    patch_launcher = [sys.executable, "-m", "dspark_bench.engine_patch.serve"]
-    specs = [ServerSpec("stock", str(DEFAULT_MODEL), "tiny-json", python_launcher(), common, env)]
-    specs += [ServerSpec(arm, str(DEFAULT_MODEL), "tiny-json", patch_launcher, [*common, *ARMS[arm]], env) for arm in arms]
+    specs = [ServerSpec("stock", str(DEFAULT_MODEL), "tiny-json", vllm_launcher(), common, env=env)]
+    specs += [ServerSpec(arm, str(DEFAULT_MODEL), "tiny-json", dspark_launcher(), common, ARMS[arm], env) for arm in arms]
     deployer = LocalDeployer(args.out / "logs")
     results = {"prompts": args.prompts, "started": datetime.now(UTC).isoformat(timespec="seconds"),
                "machine": machine_facts(), "rows": []}  # fmt: skip

@@ -18,8 +18,8 @@ from pathlib import Path
 import xgrammar as xgr
 
 from dspark_bench.engine_patch.engine_plugin import single_token_rows
-from models.tokenizer import load_tokenizer
 from dspark_bench.scenarios import Split, load_scenario
+from models.tokenizer import load_tokenizer
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-json"
 

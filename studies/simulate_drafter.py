@@ -10,29 +10,28 @@ the structure memory learns as it would in the server. Seconds instead of a serv
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from dspark_bench.engine_patch.drafter import StructureMemory, TextCopy, propose_one, token_kinds
-from models.tokenizer import load_tokenizer
+from dspark_bench.loadtests.records import read_records
 from dspark_bench.scenarios import Split, load_scenario
+from models.tokenizer import load_tokenizer
 
 
 def replay(run_dir: Path, arm: str, k: int, model: str, use_text_copy: bool = True) -> tuple[int, float]:
     tok = load_tokenizer(Path(model))
     memory = StructureMemory(token_kinds(tok))
     text_copy = TextCopy(tok) if use_text_copy else None
-    rows = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text(encoding="utf-8").splitlines()]
-    rows = sorted((r for r in rows if r["arm"] == arm and r["verdict"] == "valid"), key=lambda r: r["t_send"])
+    records = sorted((r for r in read_records(run_dir) if r.arm == arm and r.verdict == "valid"), key=lambda r: r.t_send)
     steps = tokens = 0
-    for row in rows:
-        scenario = load_scenario(row["scenario"])
-        sample = next(scenario.samples(Split.EVAL, 1, offset=row["seed"] - scenario.splits[Split.EVAL][0]))
+    for row in records:
+        scenario = load_scenario(row.scenario)
+        sample = next(scenario.samples(Split.EVAL, 1, offset=row.seed - scenario.splits[Split.EVAL][0]))
         prompt = tok.apply_chat_template(sample.messages, tokenize=False, add_generation_prompt=True)
         prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        answer = tok(row["output"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        answer = tok(row.output, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         seq = np.array(prompt_ids + answer, dtype=np.int32)
         position = len(prompt_ids) + 1  # the first answer token comes from the prefill
         memory.learn(seq[:position], len(prompt_ids))
@@ -47,7 +46,7 @@ def replay(run_dir: Path, arm: str, k: int, model: str, use_text_copy: bool = Tr
             position += advance
             steps += 1
             tokens += advance
-    return len(rows), tokens / max(1, steps)
+    return len(records), tokens / max(1, steps)
 
 
 def main() -> None:

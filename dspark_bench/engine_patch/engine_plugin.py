@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-STATE_DIR_ENV = "DSPARK_STATE_DIR"
-SCHEMA_STATE_FILE = "schemas.json"  # written by the launcher's schema precompile thread
-COUNTER_GLOB = "engine-*.counters"
+from dspark_bench.engine_patch.state import COUNTER_GLOB, STATE_DIR_ENV, STATUS_ENV
+
 FORCED, CONSTRAINED = 0, 1  # slots of the counters file: grammar-forced tokens, tokens under a grammar
 
 logger = logging.getLogger("dspark")
@@ -119,7 +118,7 @@ def _install(counter: GrammarForcedCounter) -> None:
 def register() -> None:
     """vLLM calls this in each of its processes; only the engine process builds grammar bitmasks."""
     state_dir = os.environ.get(STATE_DIR_ENV)
-    facts = json.loads(os.environ.get("DSPARK_STATUS") or "{}")
+    facts = json.loads(os.environ.get(STATUS_ENV) or "{}")
     if not facts.get("enabled") or not state_dir or not Path(state_dir).is_dir():
         return
     _install(GrammarForcedCounter(Path(state_dir) / COUNTER_GLOB.replace("*", str(os.getpid()))))

@@ -13,7 +13,8 @@ from typing import Any
 from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily
 
-from dspark_bench.engine_patch.engine_plugin import SCHEMA_STATE_FILE, STATE_DIR_ENV, read_counters
+from dspark_bench.engine_patch.engine_plugin import read_counters
+from dspark_bench.engine_patch.state import SCHEMA_STATE_FILE, STATE_DIR_ENV, STATUS_ENV, mean_acceptance_length
 
 STATUS_PATH = "/dspark/status"
 CHAT_PATHS = ("/v1/chat/completions", "/v1/completions")
@@ -49,7 +50,7 @@ class EngineCounters:
 
 
 def status() -> dict[str, Any]:
-    return json.loads(os.environ.get("DSPARK_STATUS", "{}"))
+    return json.loads(os.environ.get(STATUS_ENV, "{}"))
 
 
 def with_default_format(body: bytes) -> bytes:
@@ -126,8 +127,8 @@ def speculation_counts() -> dict[str, float]:
         for sample in metric.samples:
             if sample.name in wanted:
                 found[wanted[sample.name]] += sample.value
-    if found["drafts"]:
-        found["mean_acceptance_length"] = round(1 + found["accepted_tokens"] / found["drafts"], 3)
+    if (mean := mean_acceptance_length(found["drafts"], found["accepted_tokens"])) is not None:
+        found["mean_acceptance_length"] = round(mean, 3)
     return found
 
 

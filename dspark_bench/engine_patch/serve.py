@@ -38,8 +38,8 @@ from importlib import metadata
 from pathlib import Path
 
 from dspark_bench.engine_patch import SUPPORTED_VLLM
-from dspark_bench.engine_patch.engine_plugin import SCHEMA_STATE_FILE, STATE_DIR_ENV
 from dspark_bench.engine_patch.flags import DSparkOptions, FlagError, parse
+from dspark_bench.engine_patch.state import SCHEMA_STATE_FILE, STATE_DIR_ENV, STATUS_ENV
 
 NGRAM_LOOKUP = {"prompt_lookup_max": 5, "prompt_lookup_min": 2}
 DRAFT_MODEL_SIDECAR = "dspark.json"  # a checkpoint names its draft model here: {"draft_model": "../x-draft"}
@@ -191,9 +191,8 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
     speculative = drafter.speculative_config(options.speculative_length)
     if speculative:
         argv += ["--speculative-config", json.dumps(speculative)]
-    # Not vLLM's disable_any_whitespace: it covers json_object too, where xgrammar 0.2.8 still demands
-    # ", " after a comma (mlc-ai/xgrammar#945) and so rejects this model's compact '","' token, which
-    # forced its answers into garbage. Compact json_schema alone works (benchmarks/dspark/RESULTS.md).
+    # JSON stays uncompacted: vLLM's disable_any_whitespace covers json_object too, where xgrammar 0.2.8
+    # demands ", " after a comma (mlc-ai/xgrammar#945) and rejects this model's compact '","' token.
     if "--enable-prefix-caching" not in argv:
         argv.append("--enable-prefix-caching")
     # vLLM's CPU backend caches in 128-token blocks: a shared instruction shorter than that is never
@@ -212,7 +211,6 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
         "draft_model": drafter.draft_model,
         "speculative_length": options.speculative_length,
         "response_format": options.response_format,
-        "compact_json": False,
         "prefix_caching": True,
         "block_size": int(block_size) if block_size else None,
         "schema_dir": str(options.schema_dir) if options.schema_dir else None,
@@ -297,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     # The argv first, as the engine really got it: GPUStack's instance log is where users check it.
     print(f"dspark-serve argv: {shlex.join(argv)}", flush=True)
     print(status_line(facts), flush=True)
-    os.environ["DSPARK_STATUS"] = json.dumps(facts)
+    os.environ[STATUS_ENV] = json.dumps(facts)
     if facts.get("enabled"):
         # Live state the engine process and the API server share (grammar-forced counts, schemas compiled).
         state_dir = tempfile.mkdtemp(prefix="dspark-")

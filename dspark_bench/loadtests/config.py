@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from dspark_bench.files import FileProblem, read_yaml_mapping
+from dspark_bench.loadtests.arms import BUILTIN_ARMS, Arm
 from dspark_bench.loadtests.deploy.gpustack_spec import GPUStackSpecError, parse_settings
+from dspark_bench.loadtests.openai_api import MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE
 from dspark_bench.scenarios import Mode, ScenarioError, builtin_names, load_scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -23,43 +22,6 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class Arm:
-    """One side of the comparison: how its server starts and how requests ask for JSON."""
-
-    name: str
-    description: str
-    server_args: tuple[str, ...] = ()
-    launcher: str = "vllm"  # "vllm" (stock OpenAI server), "dspark" (the engine patch), or a command line
-    mode: Mode | None = None  # forces a mode (baseline: prompt only); None = the run's mode
-
-
-BUILTIN_ARMS: dict[str, Arm] = {
-    arm.name: arm
-    for arm in (
-        Arm("baseline", "stock vLLM, JSON asked for in the prompt only (the article's baseline)", mode=Mode.PROMPT),
-        Arm("baseline-constrained", "stock vLLM with response_format (the fair baseline)"),
-        Arm(
-            "dspark",
-            "the DSpark engine patch: the article's flags, up to 12 draft tokens (measured better than 5 here)",
-            server_args=(
-                "--dspark-enabled",
-                "--response-format",
-                "json",
-                "--enable-prefix-caching",
-                "--dspark-speculative-length",
-                "12",
-            ),
-            launcher="dspark",
-        ),
-    )
-}
-
-
-def dspark_available() -> bool:
-    return importlib.util.find_spec("engine_patch") is not None and importlib.util.find_spec("dspark_bench.engine_patch.serve") is not None
-
-
-@dataclass(frozen=True)
 class RunConfig:
     model: str = str(DEFAULT_MODEL)
     scenarios: tuple[str, ...] = ("order_extraction",)
@@ -69,9 +31,9 @@ class RunConfig:
     requests_per_level: int = 200
     warmup_requests: int = 2
     repeats: int = 1
-    max_tokens: int = 512
-    temperature: float = 0.0
-    request_timeout_s: float = 120.0
+    max_tokens: int = MAX_TOKENS
+    temperature: float = TEMPERATURE
+    request_timeout_s: float = REQUEST_TIMEOUT_S
     startup_timeout_s: float = 600.0
     level_timeout_s: float = 3600.0
     output_dir: str = "runs"
@@ -124,16 +86,10 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
     """Defaults, then the YAML file, then ``overrides`` (CLI flags; None means 'not given')."""
     values: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} not found; fix: check the path (see loadtests/configs/)")
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML ({exc}); fix: correct the syntax") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"config file {path}: top level must be a mapping of settings")
-        values.update(raw)
+            values.update(read_yaml_mapping(path, "see loadtests/configs/"))
+        except FileProblem as exc:
+            raise ConfigError(f"config file {exc}") from None
     values.update({k: v for k, v in overrides.items() if v is not None})
     known = {f.name for f in fields(RunConfig)}
     for key in values:
@@ -150,10 +106,11 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
             _fail("mode", f"unknown mode {values['mode']!r}", "use prompt, json_object or json_schema")
         values["mode"] = Mode(values["mode"])
     config = replace(RunConfig(), **values)
-    return check(config)
+    return validate_config(config)
 
 
-def check(config: RunConfig) -> RunConfig:
+def validate_config(config: RunConfig) -> RunConfig:
+    """The config, with levels as integers, or ConfigError naming the first setting that cannot work."""
     known_arms = set(BUILTIN_ARMS) | {a.name for a in config.custom_arms}
     for name in config.arms:
         if name not in known_arms:
@@ -197,5 +154,3 @@ def check(config: RunConfig) -> RunConfig:
     return replace(config, levels=levels)
 
 
-def python_launcher() -> list[str]:
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]

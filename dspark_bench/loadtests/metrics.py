@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dspark_bench.loadtests.records import RequestRecord
-from dspark_bench.loadtests.validate import Verdict
+from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
 
 FAILED = {Verdict.HTTP_ERROR.value, Verdict.TIMEOUT.value}
 STALL_MIN_TOKENS = 8
@@ -66,7 +66,24 @@ class LevelMetrics:
 
 
 def percentile_ms(values_s: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (numpy's linear interpolation) of latencies given in seconds, in ms."""
     return float(np.percentile(np.asarray(values_s) * 1000.0, q)) if len(values_s) else None
+
+
+def percentile_ms_rows(values_s: np.ndarray, q: float) -> np.ndarray:
+    """``percentile_ms`` of each row of a 2-D array (bootstrap resamples), vectorized."""
+    return np.percentile(np.asarray(values_s) * 1000.0, q, axis=-1)
+
+
+def per_second(amount: float, seconds: float) -> float:
+    """A throughput: ``amount`` over ``seconds`` of wall time (0 when no time passed)."""
+    return amount / seconds if seconds > 0 else 0.0
+
+
+def closed_loop_tok_s(concurrency: int, tokens: np.ndarray, latency_s: np.ndarray) -> np.ndarray:
+    """Throughput of a closed loop by Little's law: concurrency x tokens / summed latency, per row. Needs no
+    wall clock, so it can be computed for resamples of a level's requests (bootstrap intervals)."""
+    return concurrency * np.asarray(tokens).sum(axis=-1) / np.asarray(latency_s).sum(axis=-1)
 
 
 def wall_time_s(records: Sequence[RequestRecord]) -> float:
@@ -100,16 +117,13 @@ def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
     def rate(verdict: Verdict) -> float:
         return verdicts[verdict.value] / n if n else 0.0
 
-    def per_s(amount: float) -> float:
-        return amount / wall if wall > 0 else 0.0
-
     return LevelMetrics(
         requests=n,
         completed=len(completed),
         wall_s=wall,
-        effective_tok_s=per_s(valid_tokens),
-        raw_tok_s=per_s(tokens),
-        requests_per_s=per_s(len(completed)),
+        effective_tok_s=per_second(valid_tokens, wall),
+        raw_tok_s=per_second(tokens, wall),
+        requests_per_s=per_second(len(completed), wall),
         output_tokens=tokens,
         valid_output_tokens=valid_tokens,
         latency_p50_ms=percentile_ms(e2e, 50),
@@ -120,7 +134,7 @@ def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
         tpot_mean_ms=float(np.mean(tpot) * 1000) if tpot else None,
         tpot_median_ms=float(np.median(tpot) * 1000) if tpot else None,
         valid_rate=rate(Verdict.VALID),
-        invalid_json_rate=rate(Verdict.PARSE_ERROR) + rate(Verdict.SCHEMA_VIOLATION),
+        invalid_json_rate=sum(rate(v) for v in INVALID_JSON),
         rate_parse_error=rate(Verdict.PARSE_ERROR),
         rate_schema_violation=rate(Verdict.SCHEMA_VIOLATION),
         rate_truncated=rate(Verdict.TRUNCATED),
@@ -130,10 +144,3 @@ def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
         exact_match_rate=float(np.mean(exact)) if exact else None,
         stalled_stream_rate=len(stalled) / len(streamed) if streamed else 0.0,
     )
-
-
-def ratio(value: float | None, reference: float | None) -> float | None:
-    """value / reference, or None when either is missing or the reference is zero."""
-    if value is None or not reference:
-        return None
-    return value / reference

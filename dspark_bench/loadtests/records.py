@@ -1,13 +1,19 @@
-"""Per-request records: one JSON line each, appended and flushed the moment the request completes,
-plus the raw response text as ``responses/<arm>/<request-id>.json`` (so ``jq empty`` works on them)."""
+"""Per-request records: the one record type, where records go while a run is under way (a sink), and the
+one reader of a run's ``requests.jsonl`` (or ``requests.jsonl.gz``, as committed in benchmarks/).
+
+A run folder's sink writes each record as one JSON line the moment the request completes, plus the raw
+answer as ``responses/<arm>/<request-id>.json`` (so ``jq empty`` works on them). In Locust's distributed
+mode a worker's sink forwards each record to the master, which alone writes the run folder.
+"""
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass
@@ -47,8 +53,16 @@ class RequestRecord:
         return cls(**{k: row.get(k) for k in cls.__dataclass_fields__})
 
 
-class RecordSink:
-    """Thread- and greenlet-safe appender; every record is on disk before the next request starts."""
+class RecordSink(Protocol):
+    """Where completed requests go."""
+
+    def write(self, record: RequestRecord) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class RunFolderSink:
+    """Appends to a run folder; thread- and greenlet-safe; every record is on disk before the next starts."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -56,7 +70,6 @@ class RecordSink:
         run_dir.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
-        self.records: list[RequestRecord] = []
 
     def write(self, record: RequestRecord) -> None:
         line = json.dumps(asdict(record), ensure_ascii=False)
@@ -64,7 +77,6 @@ class RecordSink:
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()
-            self.records.append(record)
             response_dir.mkdir(parents=True, exist_ok=True)
             (response_dir / f"{record.request_id}.json").write_text(record.output, encoding="utf-8")
 
@@ -73,10 +85,43 @@ class RecordSink:
             self._file.close()
 
 
+RECORD_MESSAGE = "dspark_record"  # Locust custom message: a worker's record for the master's sink
+
+
+class ForwardingSink:
+    """A Locust worker's sink: each record goes to the master (``RECORD_MESSAGE``), so records from every
+    worker, on this machine or another, land in one requests.jsonl, none lost or doubled."""
+
+    def __init__(self, runner: Any) -> None:  # locust.runners.WorkerRunner
+        self.runner = runner
+
+    def write(self, record: RequestRecord) -> None:
+        self.runner.send_message(RECORD_MESSAGE, asdict(record))
+
+    def close(self) -> None:
+        pass
+
+
+def records_path(run_dir: Path) -> Path | None:
+    """The run folder's records file: requests.jsonl, or its gzip as committed; None if there is neither."""
+    for path in (run_dir / "requests.jsonl", run_dir / "requests.jsonl.gz"):
+        if path.exists():
+            return path
+    return None
+
+
 def read_records(path: Path) -> list[RequestRecord]:
-    """Records from a JSONL file; a torn last line (a run killed mid-write) is skipped."""
+    """Records from a JSONL file (``.gz`` too) or a run folder; a torn last line (a run killed mid-write) is
+    skipped; a folder without records gives []."""
+    if path.is_dir():
+        found = records_path(path)
+        if found is None:
+            return []
+        path = found
+    data = path.read_bytes()
+    text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             records.append(RequestRecord.from_dict(json.loads(line)))
         except (ValueError, TypeError):

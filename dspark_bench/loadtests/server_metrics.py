@@ -5,6 +5,8 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from dspark_bench.engine_patch.state import mean_acceptance_length
+
 # Counters worth reporting beside client-side numbers (vLLM v1 names; the DSpark patch adds its own).
 TRACKED = (
     "vllm:spec_decode_num_drafts",
@@ -41,9 +43,8 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
         return {}
     out = {name: after[name] - before.get(name, 0.0) for name in after}
     drafts, accepted = out.get("vllm:spec_decode_num_drafts"), out.get("vllm:spec_decode_num_accepted_tokens")
-    if drafts:
-        # Mean acceptance length as vLLM defines it: 1 (the verified token) + accepted drafts per step.
-        out["mean_acceptance_length"] = 1.0 + (accepted or 0.0) / drafts
+    if (mean := mean_acceptance_length(drafts or 0.0, accepted or 0.0)) is not None:
+        out["mean_acceptance_length"] = mean
     forced, constrained = out.get("dspark_grammar_forced_tokens"), out.get("dspark_constrained_tokens")
     if constrained:
         out["grammar_forced_share"] = (forced or 0.0) / constrained

@@ -10,22 +10,19 @@ folder. Across machines, start workers yourself with
 
 from __future__ import annotations
 
-import json
+import os
 import subprocess
 import sys
-from collections import defaultdict
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dspark_bench.loadtests.arms import make_deployer, server_specs
 from dspark_bench.loadtests.config import RunConfig
-from dspark_bench.loadtests.deploy.local import ExternalDeployer, LocalDeployer
-from dspark_bench.loadtests.metrics import level_metrics
-from dspark_bench.loadtests.records import read_records
-from dspark_bench.loadtests.sweep import machine_facts, server_specs
+from dspark_bench.loadtests.results import arm_facts
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+API_KEY_ENV = "DSPARK_BENCH_API_KEY"  # how the arm's API key (URL or GPUStack arms) reaches Locust's processes
 
 
 def locust_command(
@@ -36,56 +33,27 @@ def locust_command(
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", base_url, "--web-host", "127.0.0.1"]
     command += ["--web-port", str(web_port), "--scenario", scenario, "--mode", mode, "--arm", arm]
     command += ["--served-model", model, "--max-tokens", str(config.max_tokens), "--run-dir", str(run_dir)]
+    command += ["--api-key-env", API_KEY_ENV]
     if workers > 0:
         command += ["--processes", str(workers)]
     return command
-
-
-def write_results_from_records(run_dir: Path, config: RunConfig, arms: dict[str, Any]) -> Path:
-    """results.json for a Locust-driven run (web UI, master/worker): one 'level' per (arm, scenario,
-    mode, user count) seen in the records."""
-    groups = defaultdict(list)
-    path = run_dir / "requests.jsonl"
-    for record in read_records(path) if path.exists() else []:
-        groups[(record.arm, record.scenario, record.mode, record.level)].append(record)
-    levels = [
-        {"arm": arm, "scenario": scenario, "mode": mode, "level": level, "repeat": 0, "metrics": level_metrics(rows).as_dict()}
-        for (arm, scenario, mode, level), rows in sorted(groups.items())
-    ]
-    results = {
-        "complete": True,
-        "error": None,
-        "started": run_dir.name,
-        "config": asdict(config),
-        "machine": machine_facts(),
-        "arms": arms,
-        "skipped_arms": {},
-        "levels": levels,
-        "source": "Locust web UI run (levels are the user counts each answer was recorded at)",
-    }
-    path = run_dir / "results.json"
-    path.write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
-    return path
 
 
 def run_ui(config: RunConfig, arm: str, web_port: int = 8089, workers: int = 0) -> tuple[int, Path, dict[str, Any]]:
     """Serve ``arm`` and run Locust's web UI until it exits; (Locust's exit status, run folder, arm facts)."""
     run_dir = Path(config.output_dir) / (config.run_name or datetime.now().strftime("ui-%Y%m%d-%H%M%S"))
     run_dir.mkdir(parents=True, exist_ok=True)
-    deployer = (
-        ExternalDeployer(config.urls, config.api_key_env, config.served_model_name)
-        if config.urls
-        else LocalDeployer(run_dir / "logs", config.startup_timeout_s)
-    )
     arms: dict[str, Any] = {}
     status = 0
+    deployer = make_deployer(config, run_dir)
     try:
         print(f"starting arm {arm} ...", flush=True)
         endpoint = deployer.start_many(server_specs(config, [arm]))[0]
-        arms[arm] = {"base_url": endpoint.base_url, "argv": endpoint.argv, "mode": config.arm_mode(config.arm(arm)).value}
+        arms[arm] = arm_facts(config, endpoint)
         command = locust_command(config, arm, endpoint.base_url, endpoint.model, run_dir, web_port, workers)
         print(f"Locust web UI: http://127.0.0.1:{web_port}  (the JSON tab has our figures; Ctrl-C here to finish)", flush=True)
-        process = subprocess.Popen(command)
+        # the key travels in the environment, never on a command line
+        process = subprocess.Popen(command, env={**os.environ, API_KEY_ENV: endpoint.api_key or ""})
         try:
             status = process.wait()
         except KeyboardInterrupt:

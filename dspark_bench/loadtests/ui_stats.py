@@ -15,6 +15,7 @@ from collections import defaultdict
 
 from locust import events
 
+from dspark_bench.loadtests.metrics import per_second
 from dspark_bench.loadtests.validate import Verdict
 
 CATEGORIES = [v.value for v in Verdict]
@@ -54,7 +55,7 @@ class JsonStats:
     def rows(self) -> list[dict[str, object]]:
         out = []
         for name, row in sorted(self.counts.items()):
-            span = max(1e-9, (row.get("last") or 0) - (row.get("first") or 0))
+            span = (row.get("last") or 0) - (row.get("first") or 0)
             requests = int(row["requests"])
             out.append(
                 {
@@ -62,7 +63,7 @@ class JsonStats:
                     "requests": requests,
                     **{c: int(row.get(c, 0)) for c in CATEGORIES},
                     "valid_pct": f"{100 * row.get('valid', 0) / requests:.1f}%" if requests else "-",
-                    "effective_tok_s": round(row.get("valid_tokens", 0) / span, 1) if requests > 1 else 0.0,
+                    "effective_tok_s": round(per_second(row.get("valid_tokens", 0), span), 1) if requests > 1 else 0.0,
                 }
             )
         return out

@@ -30,7 +30,7 @@ class Verdict(StrEnum):
     TIMEOUT = "timeout"
 
 
-INVALID_JSON = (Verdict.PARSE_ERROR, Verdict.SCHEMA_VIOLATION)
+INVALID_JSON = (Verdict.PARSE_ERROR, Verdict.SCHEMA_VIOLATION)  # the answer arrived whole but is not the JSON asked for
 
 
 @dataclass(frozen=True)

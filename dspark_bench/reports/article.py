@@ -11,39 +11,29 @@
 
 from __future__ import annotations
 
-import gzip
-import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from dspark_bench.loadtests.metrics import closed_loop_tok_s, percentile_ms, percentile_ms_rows
+from dspark_bench.loadtests.records import read_records
+from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
+
 RESAMPLES = 1000
-INVALID = {"parse_error", "schema_violation"}
 
 
 def load_records(run_dir: Path) -> pd.DataFrame:
-    """A run's non-warm-up records (requests.jsonl, or requests.jsonl.gz as committed in benchmarks/)."""
-    path = Path(run_dir) / "requests.jsonl"
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-    elif path.with_suffix(".jsonl.gz").exists():
-        text = gzip.decompress(path.with_suffix(".jsonl.gz").read_bytes()).decode("utf-8")
-    else:
-        return pd.DataFrame()
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    df = pd.DataFrame(rows)
+    """A run's measured (non-warm-up) records as a table, with each request's latency and valid tokens."""
+    df = pd.DataFrame([asdict(r) for r in read_records(Path(run_dir))])
     if df.empty:
         return df
     df = df[~df["warmup"].astype(bool)].copy()
     df["latency_s"] = df["t_last_byte"] - df["t_send"]
-    df["valid_tokens"] = np.where(df["verdict"] == "valid", df["output_tokens"].fillna(0), 0)
+    df["valid_tokens"] = np.where(df["verdict"] == Verdict.VALID.value, df["output_tokens"].fillna(0), 0)
     return df
-
-
-def _throughput(level: int, valid_tokens: np.ndarray, latency: np.ndarray) -> np.ndarray:
-    return level * valid_tokens.sum(axis=-1) / latency.sum(axis=-1)
 
 
 def bootstrap_ratio(
@@ -66,13 +56,13 @@ def bootstrap_ratio(
 
 def _eff(level: int):
     def statistic(df: pd.DataFrame, index: np.ndarray) -> np.ndarray:
-        return _throughput(level, df["valid_tokens"].to_numpy()[index], df["latency_s"].to_numpy()[index])
+        return closed_loop_tok_s(level, df["valid_tokens"].to_numpy()[index], df["latency_s"].to_numpy()[index])
 
     return statistic
 
 
 def _p95(df: pd.DataFrame, index: np.ndarray) -> np.ndarray:
-    return np.percentile(df["latency_s"].to_numpy()[index], 95, axis=1)
+    return percentile_ms_rows(df["latency_s"].to_numpy()[index], 95)
 
 
 def _total_latency(df: pd.DataFrame, index: np.ndarray) -> np.ndarray:
@@ -118,8 +108,8 @@ def article_table(
     a, b = (arms[arm][arms[arm]["level"] == levels[0]] for arm in (base, treat))
     add(
         f"P95 latency (ms), concurrency {levels[0]}",
-        float(np.percentile(a["latency_s"], 95) * 1000),
-        float(np.percentile(b["latency_s"], 95) * 1000),
+        percentile_ms(a["latency_s"].tolist(), 95),
+        percentile_ms(b["latency_s"].tolist(), 95),
         bootstrap_ratio(a, b, _p95, rng),
         "%",
     )
@@ -133,7 +123,7 @@ def article_table(
             bootstrap_ratio(a, b, _total_latency, rng, point=walls[(treat, top)] / walls[(base, top)]),
             "%",
         )
-    rates = {arm: (part["verdict"].isin(INVALID).mean(), (part["verdict"] == "truncated").mean()) for arm, part in arms.items()}
+    rates = {arm: (part["verdict"].isin([v.value for v in INVALID_JSON]).mean(), (part["verdict"] == "truncated").mean()) for arm, part in arms.items()}
     rows.append(
         {
             "metric": "invalid JSON rate, all levels (truncated apart)",

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from dspark_bench.reports.tables import levels_frame
+from dspark_bench.files import FileProblem, read_yaml_mapping
+from dspark_bench.loadtests.arms import REFERENCE_ARM
+from dspark_bench.loadtests.results import levels_frame
 
 KNOWN_KEYS = {"bench_config", "reference_run", "against", "noise_margin", "min_speedup", "max_invalid_rate", "max_p95_regression"}
 
@@ -25,7 +25,7 @@ class GateError(ValueError):
 
 @dataclass(frozen=True)
 class Thresholds:
-    against: str = "baseline-constrained"  # speed-ups are ratios to this arm, in the same run
+    against: str = REFERENCE_ARM  # speed-ups are ratios to this arm, in the same run
     noise_margin: float = 0.05  # relative slack on every check, at least
     min_speedup: dict[str, dict[int, float]] = field(default_factory=dict)  # arm -> level -> ratio
     max_invalid_rate: dict[str, float] = field(default_factory=dict)  # arm -> rate (0.01 = 1%)
@@ -49,18 +49,16 @@ def load_thresholds(path: str | Path) -> Thresholds:
     if not path.is_file():
         raise GateError(f"{path}: no such thresholds file; fix: pass --thresholds FILE (see benchmarks/gate/thresholds.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise GateError(f"{path}: not valid YAML ({exc}); fix: correct the file") from None
-    if not isinstance(raw, dict):
-        raise GateError(f"{path}: expected a mapping of settings; fix: see benchmarks/gate/thresholds.yaml")
+        raw = read_yaml_mapping(path, "see benchmarks/gate/thresholds.yaml")
+    except FileProblem as exc:
+        raise GateError(str(exc)) from None
     unknown = set(raw) - KNOWN_KEYS
     if unknown:
         raise GateError(f"{path}: unknown keys {sorted(unknown)}; fix: use {', '.join(sorted(KNOWN_KEYS))}")
     here = path.parent
     try:
         return Thresholds(
-            against=str(raw.get("against", "baseline-constrained")),
+            against=str(raw.get("against", REFERENCE_ARM)),
             noise_margin=float(raw.get("noise_margin", 0.05)),
             min_speedup={
                 str(arm): {int(level): float(v) for level, v in levels.items()}

@@ -13,8 +13,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dspark_bench.loadtests.results import levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, load_records  # noqa: E402
-from dspark_bench.reports.tables import levels_frame, summary_frame  # noqa: E402
+from dspark_bench.reports.tables import SPEEDUP_COLUMN, summary_frame  # noqa: E402
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#222;max-width:1200px}
@@ -109,7 +110,6 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
         f"<code>{esc(' '.join(info.get('argv') or [info.get('base_url', '')]))}</code></li>"
         for name, info in results.get("arms", {}).items()
     )
-    skipped = "".join(f"<li>{esc(k)}: {esc(v)}</li>" for k, v in results.get("skipped_arms", {}).items())
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>JSON benchmark {esc(results.get('started', ''))}</title>",
         f"<style>{STYLE}</style></head><body><h1>JSON serving benchmark</h1><p>Status: {status}</p>",
@@ -119,7 +119,6 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
         f"<p>Machine: {esc(str(machine.get('cpu')))} ({machine.get('cores')} cores), GPU {esc(str(machine.get('gpu')))}; "
         f"git {esc(str(machine.get('git_commit')))}; versions {esc(str(machine.get('versions')))}</p>",
         f"<h2>Arms</h2><ul>{arms}</ul>",
-        f"<h3>Skipped</h3><ul>{skipped}</ul>" if skipped else "",
     ]
     records = load_records(out_path.parent)
     for scenario in config.get("scenarios", []):
@@ -137,7 +136,7 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
             summary.to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-"),
             _plot(summary, "eff tok/s", "effective JSON tokens/s"),
             _plot(summary, "raw tok/s", "raw output tokens/s"),
-            _plot(summary, "x baseline", "speed-up: effective tok/s / baseline's"),
+            _plot(summary, SPEEDUP_COLUMN, f"speed-up: effective tok/s / {SPEEDUP_COLUMN.removeprefix('x ')}'s"),
             _plot(detail, "latency_p50_ms", "P50 latency (ms)", log_y=True),
             _plot(summary, "P95 ms", "P95 latency (ms)", log_y=True),
             _plot(detail, "latency_p99_ms", "P99 latency (ms)", log_y=True),

@@ -1,14 +1,15 @@
-"""A run's results.json as pandas tables: one row per (arm, scenario, level, repeat), and a summary."""
+"""A run's summary table: the median over repeats per (scenario, level, arm), and its text form."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-REFERENCE_ARM = "baseline"
+from dspark_bench.loadtests.arms import REFERENCE_ARM
+from dspark_bench.loadtests.results import levels_frame
+
+SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective tok/s over the reference arm's, same scenario and level
 SUMMARY_COLUMNS = {
     "effective_tok_s": "eff tok/s",
     "raw_tok_s": "raw tok/s",
@@ -24,24 +25,9 @@ SUMMARY_COLUMNS = {
 }
 
 
-def load_results(run_dir: str | Path) -> dict[str, Any]:
-    path = Path(run_dir)
-    path = path / "results.json" if path.is_dir() else path
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def levels_frame(results: dict[str, Any]) -> pd.DataFrame:
-    rows = []
-    for level in results.get("levels", []):
-        row = {k: level[k] for k in ("arm", "scenario", "mode", "level", "repeat")}
-        row.update(level["metrics"])
-        row.update({f"server:{k}": v for k, v in (level.get("server") or {}).items()})
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
-    """Median over repeats per (scenario, level, arm), with each arm's effective-throughput ratio to baseline."""
+    """Median over repeats per (scenario, level, arm), with each arm's effective-throughput ratio to the
+    reference arm (``SPEEDUP_COLUMN``; NaN where the run has no reference arm)."""
     df = levels_frame(results)
     if df.empty:
         return df
@@ -49,7 +35,7 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
     grouped = df.groupby(["scenario", "level", "arm"], sort=True)[metrics].median().reset_index()
     reference = grouped[grouped["arm"] == REFERENCE_ARM].set_index(["scenario", "level"])["effective_tok_s"]
     keys = list(zip(grouped["scenario"], grouped["level"], strict=True))
-    grouped["x baseline"] = [
+    grouped[SPEEDUP_COLUMN] = [
         (value / reference[key]) if key in reference.index and reference[key] else float("nan")
         for value, key in zip(grouped["effective_tok_s"], keys, strict=True)
     ]

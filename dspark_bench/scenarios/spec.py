@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
+from dspark_bench.files import FileProblem, read_yaml_mapping
 
 DEFS_DIR = Path(__file__).parent / "defs"
 
@@ -147,14 +147,12 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
             raise ScenarioError(
                 name_or_path, "name", "no such scenario", f"use one of {', '.join(builtin_names())} or a .yaml path"
             )
-    if not path.exists():
-        raise ScenarioError(path, "path", "file not found", "check the path")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ScenarioError(path, "(file)", f"not valid YAML ({exc})", "fix the YAML syntax") from None
-    if not isinstance(raw, dict):
-        raise ScenarioError(path, "(file)", "top level is not a mapping", "write 'name: ...', 'generator: ...' keys")
+        raw = read_yaml_mapping(path)
+    except FileProblem as exc:
+        raise ScenarioError(path, "(file)", exc.problem, exc.fix) from None
+    if not raw:
+        raise ScenarioError(path, "(file)", "the file is empty", "write 'name: ...', 'generator: ...' keys")
     return _parse(path, raw)
 
 

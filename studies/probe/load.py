@@ -1,6 +1,6 @@
 """Closed-loop, non-streaming load on one server: N requests of a scenario at a fixed concurrency.
 
-    .venv/bin/python benchmarks/dspark/probe/load.py PORT N CONCURRENCY [FORMAT] [SCENARIO]
+    .venv/bin/python studies/probe/load.py PORT N CONCURRENCY [FORMAT] [SCENARIO]
 
 FORMAT: json_object (default), json_schema, text or none; SCENARIO: order_extraction (default).
 Prints completion tokens per second and milliseconds per request. A probe, not the harness: no
@@ -11,8 +11,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
-
+from dspark_bench.loadtests.openai_api import ask
 from dspark_bench.scenarios import Split, load_scenario
 
 
@@ -21,16 +20,14 @@ def main() -> None:
     mode = sys.argv[4] if len(sys.argv) > 4 else "json_object"
     samples = list(load_scenario(sys.argv[5] if len(sys.argv) > 5 else "order_extraction").samples(Split.EVAL, count))
 
-    def ask(sample) -> int:
-        body = {"model": "m", "messages": sample.messages, "max_tokens": 512, "temperature": 0}
-        if mode != "none":
-            body["response_format"] = sample.response_format(mode)
-        answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=300).json()
+    def completion_tokens(sample) -> int:
+        response_format = sample.response_format(mode) if mode != "none" else None
+        answer = ask(f"http://127.0.0.1:{port}", "m", sample.messages, response_format=response_format, timeout_s=300)
         return answer["usage"]["completion_tokens"]
 
     started = time.time()
     with ThreadPoolExecutor(concurrency) as pool:
-        tokens = sum(pool.map(ask, samples))
+        tokens = sum(pool.map(completion_tokens, samples))
     took = time.time() - started
     print(
         f"{count} req conc {concurrency}: {tokens} tokens in {took:.2f}s = {tokens / took:.1f} tok/s, {took / count * 1000:.0f} ms/req"

@@ -23,7 +23,8 @@ from pathlib import Path
 import httpx
 
 from dspark_bench.loadtests.config import REPO_ROOT
-from dspark_bench.loadtests.deploy.local import free_port, log_tail
+from dspark_bench.loadtests.deploy.base import log_tail
+from dspark_bench.loadtests.deploy.local import free_port
 
 
 class GPUStackUnavailable(RuntimeError):

@@ -7,8 +7,10 @@ import sys
 import httpx
 import pytest
 
-from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config, python_launcher
-from dspark_bench.loadtests.deploy.local import LocalDeployer, ServerSpec, cpu_server_env
+from dspark_bench.loadtests.arms import vllm_launcher
+from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
+from dspark_bench.loadtests.deploy.base import ServerSpec
+from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
 from dspark_bench.loadtests.server_metrics import scrape
 from dspark_bench.scenarios import Split, load_scenario
 
@@ -22,13 +24,14 @@ def servers(tmp_path_factory):
     common = list(load_config().server_args)
     env = cpu_server_env()
     specs = [
-        ServerSpec("stock", str(DEFAULT_MODEL), "tiny-json", python_launcher(), common, env),
+        ServerSpec("stock", str(DEFAULT_MODEL), "tiny-json", vllm_launcher(), common, env=env),
         ServerSpec(
             "dspark",
             str(DEFAULT_MODEL),
             "tiny-json",
             [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
-            [*common, *ARTICLE_FLAGS],
+            common,
+            ARTICLE_FLAGS,
             env,
         ),
         # The drafter for models that ship no draft model: structure memory + prompt copy.
@@ -37,7 +40,8 @@ def servers(tmp_path_factory):
             str(DEFAULT_MODEL),
             "tiny-json",
             [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
-            [*common, *ARTICLE_FLAGS, "--dspark-drafter", "structure"],
+            common,
+            [*ARTICLE_FLAGS, "--dspark-drafter", "structure"],
             env,
         ),
     ]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dspark_bench.loadtests.config import load_config
-from dspark_bench.loadtests.deploy.local import DeployError
+from dspark_bench.loadtests.deploy.base import DeployError
 from dspark_bench.loadtests.records import read_records
 from dspark_bench.loadtests.sweep import RunAborted, run_sweep
 from tests.integration.procs import assert_no_server_left

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from dspark_bench.loadtests.config import DEFAULT_MODEL, REPO_ROOT
-from dspark_bench.loadtests.deploy.local import DeployError, ServerSpec
+from dspark_bench.loadtests.deploy.base import DeployError, ServerSpec
 from dspark_bench.loadtests.deploy.gpustack import GPUStackClient, GPUStackDeployer
 from dspark_bench.loadtests.deploy.gpustack_spec import parse_settings
 
@@ -49,14 +49,14 @@ def client(gpustack) -> GPUStackClient:
 
 def _specs() -> list[ServerSpec]:
     return [ServerSpec("baseline", str(DEFAULT_MODEL), "tiny-json", [], COMMON),
-            ServerSpec("dspark", str(DEFAULT_MODEL), "tiny-json", [], [*COMMON, *DSPARK])]  # fmt: skip
+            ServerSpec("dspark", str(DEFAULT_MODEL), "tiny-json", [], COMMON, DSPARK)]  # fmt: skip
 
 
 def test_deployer_creates_polls_reads_logs_times_out_with_the_reason_and_deletes(gpustack, client, monkeypatch, tmp_path):
     monkeypatch.setenv("GPUSTACK_API_KEY", gpustack.api_key)
     settings = parse_settings({"url": gpustack.url, "model_path": str(DEFAULT_MODEL), "ready_timeout_s": 4, "poll_interval_s": 1})
     lines: list[str] = []
-    deployer = GPUStackDeployer(settings, COMMON, tmp_path / "logs", say=lines.append)
+    deployer = GPUStackDeployer(settings, tmp_path / "logs", say=lines.append)
 
     with pytest.raises(DeployError) as info:
         deployer.start_many(_specs())
@@ -84,7 +84,7 @@ def test_gpu_selector_naming_no_worker_is_refused_by_gpustack(gpustack, client, 
     monkeypatch.setenv("GPUSTACK_API_KEY", gpustack.api_key)
     settings = parse_settings({"url": gpustack.url, "model_path": "/m", "gpu_selector": {"gpu_ids": ["worker-1:cuda:0"]}})
     with pytest.raises(DeployError, match=r"^arm 'baseline': GPUStack POST /v2/models failed \(400\): Worker worker-1 not found"):
-        GPUStackDeployer(settings, COMMON, tmp_path).start_many(_specs())
+        GPUStackDeployer(settings, tmp_path).start_many(_specs())
     assert client.items("/v2/models") == []
 
 
@@ -93,7 +93,7 @@ def test_existing_model_is_left_alone(gpustack, client, monkeypatch, tmp_path):
     settings = parse_settings({"url": gpustack.url, "model_path": "/m", "ready_timeout_s": 1, "poll_interval_s": 1})
     theirs = client.create_model({"name": "dspark-bench-dspark", "source": "local_path", "local_path": "/theirs",
                                   "backend": "vLLM", "cluster_id": gpustack.cluster_id})  # fmt: skip
-    deployer = GPUStackDeployer(settings, COMMON, tmp_path, say=lambda _line: None)
+    deployer = GPUStackDeployer(settings, tmp_path, say=lambda _line: None)
     with pytest.raises(DeployError, match="already exists"):
         deployer.start_many(_specs())
     deployer.stop_all()  # deletes the baseline model it made, not theirs
@@ -104,10 +104,10 @@ def test_wrong_key_and_missing_key_are_clear(gpustack, monkeypatch, tmp_path):
     settings = parse_settings({"url": gpustack.url, "model_path": "/m"})
     monkeypatch.delenv("GPUSTACK_API_KEY", raising=False)
     with pytest.raises(DeployError, match=r"needs an API key in \$GPUSTACK_API_KEY"):
-        GPUStackDeployer(settings, COMMON, tmp_path)
+        GPUStackDeployer(settings, tmp_path)
     monkeypatch.setenv("GPUSTACK_API_KEY", "gpustack_wrong")
     with pytest.raises(DeployError, match="refused the API key"):
-        GPUStackDeployer(settings, COMMON, tmp_path).start_many(_specs())
+        GPUStackDeployer(settings, tmp_path).start_many(_specs())
 
 
 def test_bench_command_with_the_articles_yaml_fails_fast_keeps_results_and_cleans_up(gpustack, client, tmp_path):

@@ -7,8 +7,10 @@ import sys
 import httpx
 import pytest
 
-from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config, python_launcher
-from dspark_bench.loadtests.deploy.local import LocalDeployer, ServerSpec, cpu_server_env
+from dspark_bench.loadtests.arms import vllm_launcher
+from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
+from dspark_bench.loadtests.deploy.base import ServerSpec
+from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
 from dspark_bench.scenarios import Split, load_all
 from tests.integration.procs import assert_no_server_left
 
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.integration
 def vllm_server(tmp_path_factory):
     deployer = LocalDeployer(tmp_path_factory.mktemp("logs"), startup_timeout_s=600)
     spec = ServerSpec(
-        "smoke", str(DEFAULT_MODEL), "tiny-json", python_launcher(), list(load_config().server_args), cpu_server_env()
+        "smoke", str(DEFAULT_MODEL), "tiny-json", vllm_launcher(), list(load_config().server_args), env=cpu_server_env()
     )
     try:
         yield deployer.start(spec)
@@ -73,7 +75,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     run = tmp_path / "sweep"
     results = json.loads((run / "results.json").read_text())
     assert results["complete"] is True
-    assert results["skipped_arms"] == {} or "dspark" not in results["config"]["arms"]
+    assert set(results["arms"]) == {"baseline", "baseline-constrained"}  # every configured arm ran
     assert [(lv["level"], lv["arm"]) for lv in results["levels"]] == [
         (1, "baseline"),
         (1, "baseline-constrained"),
@@ -91,7 +93,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
         assert level["metrics"]["requests"] == 3 and level["metrics"]["raw_tok_s"] > 0
         assert "vllm:generation_tokens" in level["server"]  # /metrics scraped around the level
     assert len(list((run / "responses" / "baseline").glob("*.json"))) == 8
-    assert (run / "report.html").exists() and "eff tok/s" in out.stdout
+    assert (run / "report.html").exists() and "eff tok/s" in out.stdout and "x baseline-constrained" in out.stdout
     assert len((run / "levels.csv").read_text().splitlines()) == 1 + 4
     assert_no_server_left(run)
 
@@ -103,7 +105,7 @@ def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
             "-m",
             "locust",
             "-f",
-            "loadtests/locustfile.py",
+            "dspark_bench/loadtests/locustfile.py",
             "--headless",
             "-u",
             "2",
@@ -135,7 +137,7 @@ def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
 
 
 def _locust(base_url, run_dir, *extra, timeout=180):
-    command = [sys.executable, "-m", "locust", "-f", "loadtests/locustfile.py", "--host", base_url]
+    command = [sys.executable, "-m", "locust", "-f", "dspark_bench/loadtests/locustfile.py", "--host", base_url]
     command += ["--scenario", "order_extraction", "--mode", "json_object", "--run-dir", str(run_dir), *extra]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

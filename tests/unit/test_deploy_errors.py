@@ -1,6 +1,6 @@
 """What the harness says when a server fails: the root cause in one line, not a traceback."""
 
-from dspark_bench.loadtests.deploy.local import failure_summary, root_cause
+from dspark_bench.loadtests.deploy.base import failure_summary, root_cause
 
 VLLM_OOM = """$ .venv/bin/python -m dspark_bench.engine_patch.serve --model models/tiny-json
 # env: {'VLLM_CPU_KVCACHE_SPACE': '2'}

@@ -1,13 +1,17 @@
 """The engine plugin's grammar-forced token count: bitmask rows, per-request bookkeeping, shared file."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dspark_bench.engine_patch import engine_plugin
 from dspark_bench.engine_patch.engine_plugin import GrammarForcedCounter, read_counters, single_token_rows
-from dspark_bench.loadtests.config import DEFAULT_MODEL
+from dspark_bench.engine_patch.state import STATUS_ENV
+
+# The embedded model, found from this file: the engine patch's tests import nothing from the harness.
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-json"
 
 
 def _rows(*allowed_sets, vocab=100):
@@ -52,13 +56,13 @@ def test_read_counters_sums_engine_processes(tmp_path):
 def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     installed = []
     monkeypatch.setattr(engine_plugin, "_install", installed.append)
-    monkeypatch.delenv("DSPARK_STATUS", raising=False)
+    monkeypatch.delenv(STATUS_ENV, raising=False)
     monkeypatch.setenv("DSPARK_STATE_DIR", str(tmp_path))
     engine_plugin.register()  # a stock server on the same installation
-    monkeypatch.setenv("DSPARK_STATUS", json.dumps({"enabled": False}))
+    monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": False}))
     engine_plugin.register()
     assert installed == []
-    monkeypatch.setenv("DSPARK_STATUS", json.dumps({"enabled": True}))
+    monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True}))
     engine_plugin.register()
     assert len(installed) == 1 and not list(tmp_path.iterdir())  # the file appears with the first count
 

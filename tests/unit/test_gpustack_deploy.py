@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from dspark_bench.loadtests.deploy.local import DeployError, ServerSpec
+from dspark_bench.loadtests.deploy.base import DeployError, ServerSpec
 from dspark_bench.loadtests.deploy.gpustack import GPUStackDeployer
 from dspark_bench.loadtests.deploy.gpustack_spec import parse_settings
 
@@ -58,8 +58,8 @@ class ScriptedGPUStack:
 def _deploy(fake: ScriptedGPUStack, tmp_path, monkeypatch, timeout_s: float = 5):
     monkeypatch.setenv("GPUSTACK_API_KEY", "gpustack_secret")
     settings = parse_settings({"url": "http://gs", "model_path": "/m", "ready_timeout_s": timeout_s, "poll_interval_s": 0})
-    deployer = GPUStackDeployer(settings, [], tmp_path, say=lambda _line: None, transport=httpx.MockTransport(fake))
-    return deployer, [ServerSpec("dspark", "/m", "m", [], DSPARK)]
+    deployer = GPUStackDeployer(settings, tmp_path, say=lambda _line: None, transport=httpx.MockTransport(fake))
+    return deployer, [ServerSpec("dspark", "/m", "m", [], [], DSPARK)]
 
 
 def test_running_instance_with_the_flags_becomes_an_endpoint(tmp_path, monkeypatch):

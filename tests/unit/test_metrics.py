@@ -1,6 +1,6 @@
 import pytest
 
-from dspark_bench.loadtests.metrics import level_metrics, ratio
+from dspark_bench.loadtests.metrics import level_metrics
 from dspark_bench.loadtests.records import RequestRecord
 
 
@@ -64,11 +64,6 @@ def test_streams_read_in_one_piece_are_flagged():
 def test_empty_level_is_zero_not_a_crash():
     m = level_metrics([])
     assert m.requests == 0 and m.effective_tok_s == 0.0 and m.latency_p95_ms is None
-
-
-def test_ratio():
-    assert ratio(3.0, 1.5) == 2.0
-    assert ratio(3.0, 0.0) is None and ratio(None, 1.0) is None
 
 
 def test_server_counter_deltas():

@@ -115,8 +115,8 @@ def test_unknown_scenario_name_lists_the_known_ones():
 
 
 def test_a_few_prompts_end_politely_and_train_the_chatty_fenced_answer():
-    from models.corpus import completion
     from dspark_bench.scenarios.generators import politeness
+    from models.corpus import completion
 
     samples = list(load_scenario("order_extraction").samples(Split.TRAIN, 3000))
     polite = [s for s in samples if politeness.ends_politely(s.messages[-1]["content"])]

@@ -11,9 +11,7 @@ exit, on failure, on Ctrl-C and on SIGTERM.
 
 from __future__ import annotations
 
-import atexit
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from dspark_bench.loadtests.deploy.local import DeployError, Endpoint, ServerSpec
+from dspark_bench.loadtests.deploy.base import DeployError, Endpoint, ExitGuard, ServerSpec, log_tail
 from dspark_bench.loadtests.deploy.gpustack_spec import (
     GPUStackSettings,
     arm_flags,
@@ -97,17 +95,12 @@ class GPUStackClient:
         self._http.close()
 
 
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(str(text).splitlines()[-lines:])
-
-
 class GPUStackDeployer:
     """Creates one GPUStack model per arm, waits for it, checks its argv; ``stop_all`` deletes them."""
 
     def __init__(
         self,
         settings: GPUStackSettings,
-        common_flags: Sequence[str],
         log_dir: Path,
         say: Callable[[str], None] = lambda line: print(line, flush=True),
         transport: httpx.BaseTransport | None = None,  # tests: a scripted GPUStack
@@ -118,23 +111,15 @@ class GPUStackDeployer:
                 f"GPUStack needs an API key in ${settings.api_key_env}; create one in GPUStack (API Keys) and "
                 f"export {settings.api_key_env}=..."
             )
-        self.settings, self.common_flags, self.log_dir, self.say = settings, list(common_flags), log_dir, say
+        self.settings, self.log_dir, self.say = settings, log_dir, say
         self.client = GPUStackClient(settings.url, api_key, transport=transport)
         self._api_key = api_key
         self.created: dict[str, int] = {}  # arm -> model id
         self._lock = threading.Lock()
-        atexit.register(self.stop_all)
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, _frame) -> None:
-        self.stop_all()
-        raise SystemExit(128 + signum)
+        self._guard = ExitGuard(self.stop_all)
 
     def create(self, spec: ServerSpec, cluster_id: int) -> list[str]:
-        arm_args = list(spec.args[len(self.common_flags) :])  # sweep.server_specs: [*common, *arm's own]
-        flags = arm_flags(self.settings, spec.arm, self.common_flags, arm_args)
+        flags = arm_flags(self.settings, spec.arm, spec.common_args, spec.arm_args)
         name = model_name(self.settings, spec.arm)
         if self.client.find_model(name) is not None:
             raise DeployError(
@@ -154,7 +139,7 @@ class GPUStackDeployer:
         log = self.client.instance_log(int(instance["id"]))
         return DeployError(
             f"arm '{arm}': GPUStack instance {instance.get('name')} is {instance['state']}: "
-            f"{instance.get('state_message') or 'no reason given'}; instance log tail:\n{_tail(log)}"
+            f"{instance.get('state_message') or 'no reason given'}; instance log tail:\n{log_tail(log)}"
         )
 
     def wait_running(self, arm: str) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
+from dspark_bench.files import FileProblem, read_yaml_mapping
 
 
 class GPUStackSpecError(ValueError):
@@ -77,13 +77,10 @@ class GPUStackSettings:
 
 def read_article_model(path: str | Path) -> ArticleModel:
     """Read the article's model YAML; unknown keys are refused with the whole mapping in the message."""
-    path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise GPUStackSpecError(f"article model file {path}: {exc.strerror}; fix: check the path") from None
-    except yaml.YAMLError as exc:
-        raise GPUStackSpecError(f"article model file {path} is not valid YAML ({exc}); fix: correct the syntax") from None
+        raw = read_yaml_mapping(path, f"write the article's keys: {', '.join(ARTICLE_KEYS)}")
+    except FileProblem as exc:
+        raise GPUStackSpecError(f"article model file {exc}") from None
     return article_model_from_mapping(raw, str(path))
 
 

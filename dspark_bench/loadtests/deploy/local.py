@@ -1,18 +1,14 @@
-"""Deployers: bring up one OpenAI-compatible endpoint per arm, and take every one down afterwards.
+"""Local arms: vLLM servers started as subprocesses of this machine (the CPU build where there is no GPU).
 
-``LocalDeployer`` starts vLLM servers as subprocesses (the CPU build where there is no GPU), each in
-its own process group, and guarantees none outlives the run: ``stop_all`` runs on normal exit,
-exceptions, Ctrl-C and SIGTERM, and each server also gets SIGTERM if this process dies.
-``ExternalDeployer`` only points at given base URLs; ``loadtests.gpustack_deploy.GPUStackDeployer`` creates
-the arms as models on a GPUStack cluster.
+Each server runs in its own process group and none outlives the run: ``stop_all`` runs on normal exit,
+exceptions, Ctrl-C and SIGTERM (``base.ExitGuard``), and each server also gets SIGTERM if this process
+dies (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import os
-import re
 import shlex
 import signal
 import socket
@@ -21,55 +17,11 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 
-
-class DeployError(RuntimeError):
-    """An arm could not be brought up; the message says why and how to fix it."""
-
-
-@dataclass
-class Endpoint:
-    """A running arm: where to send requests, and how it was started."""
-
-    arm: str
-    base_url: str  # e.g. http://127.0.0.1:8000 (no /v1)
-    model: str  # the name to put in the request's "model" field
-    argv: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)  # the variables we set on top of the inherited env
-    log_path: Path | None = None
-    api_key: str | None = field(default=None, repr=False)  # headers only: never logged or saved
-    process: subprocess.Popen | None = field(default=None, repr=False)
-
-    def alive(self) -> bool:
-        return self.process is None or self.process.poll() is None
-
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    """How to start one arm's server locally."""
-
-    arm: str
-    model_path: str
-    served_name: str
-    launcher: list[str]  # e.g. [python, -m, vllm.entrypoints.openai.api_server]
-    args: list[str]  # extra server flags (speculative config, prefix caching...)
-    env: dict[str, str] = field(default_factory=dict)
-
-
-class Deployer(Protocol):
-    def start(self, spec: ServerSpec) -> Endpoint: ...
-
-    def start_many(self, specs: Sequence[ServerSpec]) -> list[Endpoint]: ...
-
-    def stop_all(self) -> None: ...
+from dspark_bench.loadtests.deploy.base import DeployError, Endpoint, ExitGuard, ServerSpec, failure_summary, log_tail
 
 
 def free_port() -> int:
@@ -98,36 +50,6 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
-def log_tail(path: Path | None, lines: int = 15) -> str:
-    if path is None or not path.exists():
-        return "(no log)"
-    text = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    return "\n".join(text[-lines:])
-
-
-# "ValueError: ...", "RuntimeError: ...", "dspark-serve: error: ...", after vLLM's "(Worker pid=1) ERROR ... [f.py:1]" prefix
-_ERROR_MESSAGE = re.compile(r"(?:^|\s|\] )((?:[A-Za-z_][\w.]*(?:Error|Exception)|[\w-]+: error): \S.*)$")
-
-
-def root_cause(log: str, latest: bool = False) -> str:
-    """The one line of a failed server's log worth showing: the first exception message (at start-up the
-    process that failed first logs it before the others report its failure; ``latest``: the last one,
-    for a server that died after serving, whose earlier log may hold errors it survived), else the
-    last line it printed."""
-    lines = [line.strip() for line in log.splitlines() if line.strip()]
-    for line in reversed(lines) if latest else lines:
-        if match := _ERROR_MESSAGE.search(line):
-            return match.group(1)
-    printed = [line for line in lines if not line.startswith(("$ ", "# env:"))]  # LocalDeployer's header
-    return printed[-1] if printed else "(the server printed nothing)"
-
-
-def failure_summary(path: Path | None, latest: bool = False) -> str:
-    """``root_cause`` of the log at ``path``, with where the whole log is."""
-    if path is None or not path.exists():
-        return "(no log)"
-    return f"{root_cause(path.read_text(encoding='utf-8', errors='replace'), latest)} (whole log: {path})"
-
 
 class LocalDeployer:
     """Starts vLLM OpenAI servers as subprocesses; ``stop_all`` (also via atexit/signals) stops them."""
@@ -138,14 +60,7 @@ class LocalDeployer:
         self.host = host
         self.endpoints: list[Endpoint] = []
         self._lock = threading.Lock()
-        atexit.register(self.stop_all)
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, _frame) -> None:
-        self.stop_all()
-        raise SystemExit(128 + signum)
+        self._guard = ExitGuard(self.stop_all)
 
     def launch(self, spec: ServerSpec) -> Endpoint:
         """Start the server process without waiting for it to be ready."""
@@ -239,32 +154,3 @@ class LocalDeployer:
             self.stop(endpoint)
 
 
-class ExternalDeployer:
-    """Arms that already run somewhere: ``{arm: base_url}``; the API key comes from an environment variable."""
-
-    def __init__(self, urls: dict[str, str], api_key_env: str = "OPENAI_API_KEY", model: str | None = None) -> None:
-        self.urls, self.api_key = urls, os.environ.get(api_key_env)
-        self.model = model
-
-    def start(self, spec: ServerSpec) -> Endpoint:
-        if spec.arm not in self.urls:
-            raise DeployError(f"arm '{spec.arm}' has no URL; give --url {spec.arm}=http://host:port")
-        base = self.urls[spec.arm].rstrip("/").removesuffix("/v1")
-        endpoint = Endpoint(spec.arm, base, self.model or spec.served_name, api_key=self.api_key)
-        try:
-            response = httpx.get(f"{base}/v1/models", headers=endpoint.headers(), timeout=10)
-            response.raise_for_status()
-            served = [m["id"] for m in response.json().get("data", [])]
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
-            raise DeployError(
-                f"arm '{spec.arm}': {base} is unreachable ({exc}); check the URL and that the server runs"
-            ) from None
-        if self.model is None and served:
-            endpoint.model = served[0]
-        return endpoint
-
-    def start_many(self, specs: Sequence[ServerSpec]) -> list[Endpoint]:
-        return [self.start(spec) for spec in specs]
-
-    def stop_all(self) -> None:  # nothing of ours to stop
-        return None

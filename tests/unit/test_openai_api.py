@@ -1,6 +1,6 @@
 import itertools
 
-from dspark_bench.loadtests.openai_stream import chat_body, consume_sse
+from dspark_bench.loadtests.openai_api import chat_body, consume_sse
 from dspark_bench.scenarios import Mode, load_scenario
 
 

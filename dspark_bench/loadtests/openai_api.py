@@ -1,4 +1,5 @@
-"""The OpenAI chat-completions request we send, and reading its server-sent-event stream.
+"""The OpenAI chat-completions request we send, reading its server-sent-event stream, and the one
+non-streaming call (studies and model evaluation). Request defaults live here.
 
 Timing follows ``vllm bench serve``: TTFT is the arrival of the first chunk carrying content,
 E2E latency the arrival of the last byte. Token counts come from the final ``usage`` chunk
@@ -12,11 +13,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from dspark_bench.scenarios import Mode, Sample
 
+MAX_TOKENS = 512  # the article's
+TEMPERATURE = 0.0  # the article's; greedy answers are the ones speculation must reproduce exactly
+REQUEST_TIMEOUT_S = 120.0  # per request, for the whole answer
 
-def chat_body(sample: Sample, mode: Mode | str, model: str, max_tokens: int, temperature: float) -> dict[str, Any]:
-    """The request body for ``sample`` in ``mode``. Never ``ignore_eos``: JSON must stop where it closes."""
+
+def chat_body(
+    sample: Sample, mode: Mode | str, model: str, max_tokens: int = MAX_TOKENS, temperature: float = TEMPERATURE
+) -> dict[str, Any]:
+    """The streaming request body for ``sample`` in ``mode``. Never ``ignore_eos``: JSON must stop where it closes."""
     body: dict[str, Any] = {
         "model": model,
         "messages": sample.messages,
@@ -40,7 +49,6 @@ class StreamResult:
     output_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
-    chunks: int = 0
 
 
 def consume_sse(lines: Iterable[str | bytes], now: Callable[[], float]) -> StreamResult:
@@ -71,7 +79,6 @@ def consume_sse(lines: Iterable[str | bytes], now: Callable[[], float]) -> Strea
                 if result.t_first_token is None:
                     result.t_first_token = result.t_last_byte
                 parts.append(content)
-                result.chunks += 1
             if choice.get("finish_reason"):
                 result.finish_reason = choice["finish_reason"]
         usage = event.get("usage")
@@ -82,3 +89,25 @@ def consume_sse(lines: Iterable[str | bytes], now: Callable[[], float]) -> Strea
     if result.error is None and result.finish_reason is None:
         result.error = "stream ended without a finish_reason"
     return result
+
+
+def ask(
+    base_url: str,
+    model: str,
+    messages: list[dict[str, str]],
+    *,
+    response_format: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    max_tokens: int = MAX_TOKENS,
+    temperature: float = TEMPERATURE,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One non-streaming chat completion, as the server's JSON (``choices``, ``usage``).
+    ``extra`` goes into the body as is (e.g. ``logprobs=True, top_logprobs=2``). Raises httpx errors."""
+    body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature, **extra}
+    if response_format is not None:
+        body["response_format"] = response_format
+    response = httpx.post(f"{base_url}/v1/chat/completions", json=body, headers=headers or {}, timeout=timeout_s)
+    response.raise_for_status()
+    return response.json()

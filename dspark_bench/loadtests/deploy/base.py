@@ -1,0 +1,119 @@
+"""What every deployer shares: the endpoint it returns, the spec it is given, its protocol, the guard
+that takes the arms down however the run ends, and the one-line diagnosis of a server that failed.
+
+Deployers (each returns one OpenAI-compatible ``Endpoint`` per arm and takes down what it started):
+- ``local.LocalDeployer``: vLLM servers as subprocesses of this machine;
+- ``external.ExternalDeployer``: servers already running at given URLs;
+- ``gpustack.GPUStackDeployer``: one model per arm on a GPUStack cluster.
+"""
+
+from __future__ import annotations
+
+import atexit
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class DeployError(RuntimeError):
+    """An arm could not be brought up; the message says why and how to fix it."""
+
+
+@dataclass
+class Endpoint:
+    """A running arm: where to send requests, and how it was started."""
+
+    arm: str
+    base_url: str  # e.g. http://127.0.0.1:8000 (no /v1)
+    model: str  # the name to put in the request's "model" field
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # the variables we set on top of the inherited env
+    log_path: Path | None = None
+    api_key: str | None = field(default=None, repr=False)  # headers only: never logged or saved
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    def alive(self) -> bool:
+        return self.process is None or self.process.poll() is None
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """How to start one arm's server: the run's common flags and the arm's own flags kept apart, so a
+    deployer that maps them (GPUStack's backend_parameters) never slices a flat list by position."""
+
+    arm: str
+    model_path: str
+    served_name: str
+    launcher: list[str]  # e.g. [python, -m, vllm.entrypoints.openai.api_server]
+    common_args: list[str] = field(default_factory=list)  # given to every arm of the run (dtype, context length)
+    arm_args: list[str] = field(default_factory=list)  # this arm's own (speculative config, DSpark flags...)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def args(self) -> list[str]:
+        return [*self.common_args, *self.arm_args]
+
+
+class Deployer(Protocol):
+    def start_many(self, specs: Sequence[ServerSpec]) -> list[Endpoint]: ...
+
+    def stop_all(self) -> None: ...
+
+
+class ExitGuard:
+    """Runs ``stop`` once however the process ends: normal exit (atexit), SIGTERM and SIGHUP (then exits
+    128 + signal), or an explicit call. Signal handlers can only be set from the main thread."""
+
+    def __init__(self, stop: Callable[[], None]) -> None:
+        self._stop = stop
+        atexit.register(stop)
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        self._stop()
+        raise SystemExit(128 + signum)
+
+
+def log_tail(text_or_path: str | Path | None, lines: int = 15) -> str:
+    """The last ``lines`` lines of a log, given as its text or its path."""
+    if text_or_path is None:
+        return "(no log)"
+    if isinstance(text_or_path, Path):
+        if not text_or_path.exists():
+            return "(no log)"
+        text_or_path = text_or_path.read_text(encoding="utf-8", errors="replace")
+    return "\n".join(str(text_or_path).splitlines()[-lines:])
+
+
+# "ValueError: ...", "RuntimeError: ...", "dspark-serve: error: ...", after vLLM's "(Worker pid=1) ERROR ... [f.py:1]" prefix
+_ERROR_MESSAGE = re.compile(r"(?:^|\s|\] )((?:[A-Za-z_][\w.]*(?:Error|Exception)|[\w-]+: error): \S.*)$")
+
+
+def root_cause(log: str, latest: bool = False) -> str:
+    """The one line of a failed server's log worth showing: the first exception message (at start-up the
+    process that failed first logs it before the others report its failure; ``latest``: the last one,
+    for a server that died after serving, whose earlier log may hold errors it survived), else the
+    last line it printed."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in reversed(lines) if latest else lines:
+        if match := _ERROR_MESSAGE.search(line):
+            return match.group(1)
+    printed = [line for line in lines if not line.startswith(("$ ", "# env:"))]  # LocalDeployer's header
+    return printed[-1] if printed else "(the server printed nothing)"
+
+
+def failure_summary(path: Path | None, latest: bool = False) -> str:
+    """``root_cause`` of the log at ``path``, with where the whole log is."""
+    if path is None or not path.exists():
+        return "(no log)"
+    return f"{root_cause(path.read_text(encoding='utf-8', errors='replace'), latest)} (whole log: {path})"

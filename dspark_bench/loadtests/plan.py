@@ -1,0 +1,86 @@
+"""What one level asks of its users: the requests of one arm at one concurrency, handed out as tickets.
+
+A ``LevelPlan`` holds the samples, the request settings and the sink; users take tickets from it
+(warm-up tickets first, then exactly ``count`` measured ones) and hand back each completed record.
+A ``PlanSlot`` is where a user class finds its plan: set once by whoever drives the users (the sweep,
+or the locustfile's init hook under Locust's own CLI), waited on by users that start before it is set.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from gevent.event import Event
+
+from dspark_bench.loadtests.openai_api import MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE
+from dspark_bench.loadtests.records import RecordSink, RequestRecord
+from dspark_bench.scenarios import Mode, Sample
+
+
+@dataclass
+class LevelPlan:
+    """The requests of one level for one arm: warm-up tickets first, then exactly ``count`` measured."""
+
+    arm: str
+    level: int  # 0: the user count Locust reports (web UI runs)
+    mode: Mode
+    model: str
+    samples: list[Sample]  # cycled if shorter than warmup + count
+    sink: RecordSink
+    count: int | None  # None: run until stopped (Locust UI)
+    warmup: int = 0
+    repeat: int = 0
+    max_tokens: int = MAX_TOKENS
+    temperature: float = TEMPERATURE
+    timeout_s: float = REQUEST_TIMEOUT_S
+    headers: dict[str, str] = field(default_factory=dict)
+    aborted: str | None = None
+    records: list[RequestRecord] = field(default_factory=list)  # this level's completed requests, in order
+    _issued: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_ticket(self) -> tuple[Sample, bool, int] | None:
+        """(sample, is warm-up, ticket number), or None once the level has issued all its requests."""
+        with self._lock:
+            total = None if self.count is None else self.warmup + self.count
+            if self.aborted or (total is not None and self._issued >= total):
+                return None
+            index = self._issued
+            self._issued += 1
+        return self.samples[index % len(self.samples)], index < self.warmup, index
+
+    def complete(self, record: RequestRecord) -> None:
+        self.sink.write(record)
+        with self._lock:
+            if self.count is not None:  # web UI runs go on for hours: their records live on disk only
+                self.records.append(record)
+
+    @property
+    def completed(self) -> int:
+        return len(self.records)
+
+    @property
+    def total(self) -> int | None:
+        return None if self.count is None else self.warmup + self.count
+
+    def finished(self) -> bool:
+        return self.count is not None and self.completed >= self.warmup + self.count
+
+
+class PlanSlot:
+    """Holds the plan a user class works from; users that start before it is set wait for it."""
+
+    def __init__(self, plan: LevelPlan | None = None) -> None:
+        self._plan = plan
+        self._ready = Event()
+        if plan is not None:
+            self._ready.set()
+
+    def set(self, plan: LevelPlan) -> None:
+        self._plan = plan
+        self._ready.set()
+
+    def wait(self, timeout_s: float) -> LevelPlan | None:
+        self._ready.wait(timeout_s)
+        return self._plan

@@ -1,0 +1,153 @@
+"""The Locust user: takes a ticket from its level's plan, sends one streaming chat completion, validates
+the answer, records it, and reports it to Locust.
+
+Closed loop: no wait between requests, so concurrency is the number of users. Invalid answers are
+reported to Locust as failures named by their verdict, so its UI shows them beside HTTP errors.
+A concrete user class binds a ``PlanSlot`` (``ChatCompletionsUser.bound_to``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+from geventhttpclient import HTTPClient
+from geventhttpclient.url import URL
+from locust import User, constant, task
+from locust.exception import StopUser
+
+from dspark_bench.loadtests.openai_api import chat_body, consume_sse
+from dspark_bench.loadtests.plan import LevelPlan, PlanSlot
+from dspark_bench.loadtests.records import RequestRecord
+from dspark_bench.loadtests.validate import Verdict, validate
+from dspark_bench.scenarios import Mode
+
+PLAN_WAIT_S = 30.0  # how long a user that started before its plan waits for it
+
+
+def _lines_until(chunks: Iterator[bytes], deadline: float) -> Iterator[bytes]:
+    """Non-empty lines of a byte stream, with a deadline on the whole answer (a lean splitter: CPU the
+    client spends at high concurrency on a small machine is taken from the server under test)."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line
+        if time.monotonic() > deadline:
+            raise TimeoutError
+    if buffer.strip():
+        yield buffer
+
+
+def worker_tag(environment) -> str:
+    """A short id of this Locust process (``local`` outside distributed mode)."""
+    return str(getattr(environment.runner, "client_id", "local")).rsplit("_", 1)[-1][:12]
+
+
+class ChatCompletionsUser(User):
+    abstract = True
+    wait_time = constant(0)
+    plan_slot: PlanSlot  # set by bound_to
+
+    @classmethod
+    def bound_to(cls, slot: PlanSlot, name: str = "ChatCompletions") -> type[ChatCompletionsUser]:
+        """A concrete user class that works from ``slot``'s plan."""
+        return type(name, (cls,), {"plan_slot": slot, "abstract": False})
+
+    def on_start(self) -> None:
+        plan = self.plan_slot.wait(PLAN_WAIT_S)
+        if plan is None:
+            raise StopUser()
+        self.plan = plan
+        # geventhttpclient (the client behind Locust's FastHttpUser) parses HTTP in C: at 64 streams on a
+        # small machine a pure-Python client takes CPU from the server under test and reads chunks late.
+        self.http = HTTPClient.from_url(URL(self.host), concurrency=1, network_timeout=plan.timeout_s, connection_timeout=10.0)
+
+    def on_stop(self) -> None:
+        if hasattr(self, "http"):
+            self.http.close()
+
+    @task
+    def chat(self) -> None:
+        plan: LevelPlan = self.plan
+        ticket = plan.next_ticket()
+        if ticket is None:
+            raise StopUser()
+        sample, warmup, index = ticket
+        level = plan.level or (self.environment.runner.user_count if self.environment.runner else 1)
+        body = chat_body(sample, plan.mode, plan.model, plan.max_tokens, plan.temperature)
+        t_send = time.time()
+        status, error, timed_out = None, None, False
+        result = None
+        response = None
+        try:
+            response = self.http.post(
+                "/v1/chat/completions",
+                body=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json", **plan.headers},
+            )
+            status = response.status_code
+            if status != 200:
+                error = f"HTTP {status}: {response.read().decode(errors='replace')[:300]}"
+            else:
+                lines = iter(lambda: response.readline(b"\n"), b"")
+                result = consume_sse(_lines_until(lines, time.monotonic() + plan.timeout_s), time.time)
+                error = result.error
+        except TimeoutError:
+            timed_out, error = True, f"no complete answer within {plan.timeout_s:.0f}s"
+        except Exception as exc:  # noqa: BLE001 - any transport failure is an http_error verdict
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            if response is not None:
+                response.release()
+        text = result.text if result else ""
+        finish = result.finish_reason if result else None
+        validation = validate(
+            text,
+            is_json=sample.is_json,
+            schema=sample.schema if plan.mode is not Mode.TEXT else None,
+            truth=sample.answer,
+            status=status,
+            finish_reason=finish,
+            error=error,
+            timed_out=timed_out,
+        )
+        record = RequestRecord(
+            arm=plan.arm,
+            level=level,
+            scenario=sample.scenario,
+            mode=plan.mode.value,
+            request_id=f"{sample.scenario}.{plan.mode.value}.c{level}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
+            # Locust UI runs cycle through the samples, maybe in several worker processes: keep ids unique.
+            + ("" if plan.count is not None else f".{worker_tag(self.environment)}.{index}"),
+            seed=sample.seed,
+            repeat=plan.repeat,
+            warmup=warmup,
+            t_send=t_send,
+            t_first_token=result.t_first_token if result else None,
+            t_last_byte=result.t_last_byte if result else (time.time() if error else None),
+            prompt_tokens=result.prompt_tokens if result else None,
+            output_tokens=result.output_tokens if result else None,
+            finish_reason=finish,
+            status=status,
+            error=error,
+            output=text,
+            verdict=validation.verdict.value,
+            detail=validation.detail,
+            field_accuracy=validation.field_accuracy,
+            exact_match=validation.exact_match,
+        )
+        plan.complete(record)
+        self.environment.events.request.fire(
+            request_type="CHAT",
+            name=f"{plan.arm} {sample.scenario}/{plan.mode.value}",
+            response_time=(record.e2e_s or 0.0) * 1000.0,
+            response_length=record.output_tokens or 0,
+            exception=None
+            if validation.verdict is Verdict.VALID
+            else RuntimeError(f"{validation.verdict.value}: {validation.detail[:120]}"),
+            context={"verdict": validation.verdict.value, "warmup": warmup},
+        )
