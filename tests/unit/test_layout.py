@@ -1,0 +1,132 @@
+"""The package's shape: one installed import name, dependencies that point one way, an engine patch that
+stands alone, and a console script that works."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "dspark_bench"
+# Each part may import only the parts after it in this list (and itself).
+LAYERS = ["cli", "reports", "loadtests", "scenarios", "engine_patch"]
+SHARED = {"dspark_bench.files"}  # the one YAML loader, beneath every part but the engine patch
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node, less the bodies of ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every dspark_bench module a file imports at run time, wherever the import statement sits."""
+    found = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dspark_bench"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("dspark_bench")}
+    return found
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(p): _imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_parts_depend_one_way():
+    wrong = []
+    for module, imported in _graph().items():
+        mine = _part(module)
+        if mine not in LAYERS:
+            continue
+        allowed = set(LAYERS[LAYERS.index(mine) :])
+        for target in imported - SHARED:
+            if _part(target) not in allowed:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, f"imports against the layering {LAYERS}: {wrong}"
+
+
+def test_engine_patch_and_its_tests_import_nothing_of_the_harness():
+    sources = [*(PACKAGE / "engine_patch").rglob("*.py"), *(ROOT / "tests" / "unit").glob("test_engine_patch_*.py")]
+    leaks = {
+        f"{p.relative_to(ROOT)} -> {m}" for p in sources for m in _imports(p) if not m.startswith("dspark_bench.engine_patch")
+    }
+    assert not leaks
+
+
+def test_no_import_cycles_between_modules():
+    graph = {m: {t for t in targets if t in _graph_keys()} for m, targets in _graph().items()}
+    visiting, done, cycles = set(), set(), []
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in visiting:
+            cycles.append(" -> ".join([*path[path.index(node) :], node]))
+            return
+        if node in done:
+            return
+        visiting.add(node)
+        for target in graph.get(node, ()):
+            if target != node and not node.startswith(target + "."):  # a package importing its own children
+                visit(target, [*path, node])
+        visiting.discard(node)
+        done.add(node)
+
+    for module in graph:
+        visit(module, [])
+    assert not cycles
+
+
+def _graph_keys() -> set[str]:
+    return {_module_name(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_the_record_flows_one_way():
+    """plan -> user -> record -> results -> report: nothing upstream imports what comes after it."""
+    graph = _graph()
+    flow = ["records", "plan", "user", "results"]
+    for index, name in enumerate(flow):
+        later = {f"dspark_bench.loadtests.{n}" for n in flow[index + 1 :]} | {"dspark_bench.loadtests.sweep"}
+        assert not graph[f"dspark_bench.loadtests.{name}"] & later, name
+
+
+def test_wheel_installs_one_import_name_and_both_commands(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    wheel = next(tmp_path.glob("dspark_bench-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"dspark_bench"}
+    assert "dspark_bench/loadtests/locustfile.py" in names and "dspark_bench/scenarios/defs/order_extraction.yaml" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "dspark-bench = dspark_bench.cli:main" in text and "dspark-serve = dspark_bench.engine_patch.serve:main" in text
+
+
+@pytest.mark.parametrize("command", [["bench", "--help"], ["--help"], ["gate", "--help"]])
+def test_console_script_help(command):
+    script = Path(sys.executable).with_name("dspark-bench")
+    out = subprocess.run([str(script), *command], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "usage: dspark-bench" in out.stdout
