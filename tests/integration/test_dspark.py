@@ -78,14 +78,15 @@ def test_lossless_and_speculation_accepted(servers, arm):
     stock, dspark = servers["stock"], servers[arm]
     before = scrape(dspark.base_url)
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 12))
-    same = 0
+    differing = []
     for sample in samples:
         expected = _complete(stock, sample, {"type": "json_object"})
         got = _complete(dspark, sample, {"type": "json_object"})
         json.loads(got)
-        same += got == expected
+        if got != expected:
+            differing.append(sample.request_id)
     after = scrape(dspark.base_url)
-    assert same >= len(samples) - 1  # a rare floating-point near-tie may flip one token
+    assert not differing  # the README's claim: speculation does not change the output
     assert after["vllm:spec_decode_num_accepted_tokens"] > before.get("vllm:spec_decode_num_accepted_tokens", 0)
 
 
