@@ -1,6 +1,7 @@
 """A deliberately misbehaving OpenAI-compatible server, for testing the harness's fault handling.
 
-Takes vLLM's server flags (ignored) plus --behavior: ok | fail-start | die-after | hang.
+Takes vLLM's server flags (ignored) plus --behavior: ok | fail-start | die-after | hang | hang-after | refuse
+(die-after and hang-after: answer --after requests first).
 """
 
 import argparse
@@ -14,7 +15,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--host", default="127.0.0.1")
 parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--served-model-name", default="fake")
-parser.add_argument("--behavior", default="ok", choices=["ok", "fail-start", "die-after", "hang"])
+parser.add_argument("--behavior", default="ok", choices=["ok", "fail-start", "die-after", "hang", "hang-after", "refuse"])
 parser.add_argument("--after", type=int, default=3)
 args, _unknown = parser.parse_known_args()
 
@@ -53,7 +54,10 @@ class Handler(BaseHTTPRequestHandler):
         served += 1
         if args.behavior == "die-after" and served > args.after:
             os._exit(1)
-        if args.behavior == "hang":
+        if args.behavior == "refuse":  # as vLLM answers a max_tokens beyond the context
+            message = "max_tokens is too large: 100000000. This model's maximum context length is 1024 tokens."
+            return self._send(400, json.dumps({"error": {"message": message, "type": "BadRequestError", "code": 400}}))
+        if args.behavior == "hang" or (args.behavior == "hang-after" and served > args.after):
             time.sleep(3600)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")

@@ -15,6 +15,12 @@ Definitions (vLLM ``bench serve`` where they overlap):
   arrived after STALL_SHARE of their latency (the whole stream read in one piece) / such answers.
   A server streams token by token, so a high rate means the client (or the machine it shares with
   the servers) stalled and the level's TTFT, TPOT and possibly latency are suspect.
+- achieved concurrency: time-weighted mean number of requests in flight (send to last byte, warm-up
+  requests included) over the level's steady span: from its first measured send to its last send
+  (after that the last wave drains). A closed loop of N users that keeps its concurrency holds ~N.
+- a level is valid when its achieved concurrency is at least MIN_CONCURRENCY_SHARE of its users and
+  the client was not saturated (harness CPU below CLIENT_SATURATED of one core, measured by the sweep);
+  otherwise ``level_problems`` says why and the level must not be read as a measurement at that load.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
 FAILED = {Verdict.HTTP_ERROR.value, Verdict.TIMEOUT.value}
 STALL_MIN_TOKENS = 8
 STALL_SHARE = 0.9
+MIN_CONCURRENCY_SHARE = 0.9
+CLIENT_SATURATED = 0.9  # share of one core: the load generator is one gevent thread
 
 
 @dataclass
@@ -60,6 +68,7 @@ class LevelMetrics:
     field_accuracy: float | None  # mean over valid responses with ground truth
     exact_match_rate: float | None
     stalled_stream_rate: float = 0.0
+    achieved_concurrency: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -91,6 +100,32 @@ def wall_time_s(records: Sequence[RequestRecord]) -> float:
     if not records or not ends:
         return 0.0
     return max(ends) - min(r.t_send for r in records)
+
+
+def achieved_concurrency(records: Sequence[RequestRecord]) -> float | None:
+    """Time-weighted mean of requests in flight over the steady span (see the module's definitions);
+    None when the span is empty (a level of one request)."""
+    measured = [r.t_send for r in records if not r.warmup]
+    if not measured:
+        return None
+    start, end = min(measured), max(r.t_send for r in records)
+    if end <= start:
+        return None
+    busy = 0.0
+    for r in records:
+        finish = r.t_last_byte if r.t_last_byte is not None else r.t_send
+        busy += max(0.0, min(finish, end) - max(r.t_send, start))
+    return busy / (end - start)
+
+
+def level_problems(level: int, achieved: float | None, client_cpu_share: float | None) -> list[str]:
+    """Why a level does not measure the load it names; [] when it does."""
+    problems = []
+    if achieved is not None and achieved < MIN_CONCURRENCY_SHARE * level:
+        problems.append(f"achieved concurrency {achieved:.1f} of {level} ({achieved / level:.0%} < {MIN_CONCURRENCY_SHARE:.0%})")
+    if client_cpu_share is not None and client_cpu_share >= CLIENT_SATURATED:
+        problems.append(f"load generator saturated ({client_cpu_share:.0%} of a core)")
+    return problems
 
 
 def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
@@ -143,4 +178,5 @@ def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
         field_accuracy=float(np.mean(accuracies)) if accuracies else None,
         exact_match_rate=float(np.mean(exact)) if exact else None,
         stalled_stream_rate=len(stalled) / len(streamed) if streamed else 0.0,
+        achieved_concurrency=achieved_concurrency(records),
     )

@@ -7,16 +7,19 @@ measured, marked incomplete.
 
 from __future__ import annotations
 
+import resource
 import time
 from pathlib import Path
 
 import gevent
+import httpx
 from locust.env import Environment
 
 from dspark_bench.loadtests.arms import make_deployer, server_specs
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
-from dspark_bench.loadtests.metrics import STALL_SHARE, level_metrics
+from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_metrics, level_problems
+from dspark_bench.loadtests.openai_api import chat_body
 from dspark_bench.loadtests.plan import LevelPlan, PlanSlot
 from dspark_bench.loadtests.records import RunFolderSink
 from dspark_bench.loadtests.results import LevelResult, RunResults, arm_facts
@@ -25,6 +28,7 @@ from dspark_bench.loadtests.user import ChatCompletionsUser
 from dspark_bench.scenarios import Mode, Split, load_scenario
 
 STALLED_WARNING = 0.1  # share of streams read in one piece above which a level's timings are suspect
+FAILED_LEVEL_SHARE = 0.5  # a level where more requests than this failed (HTTP error, timeout) stops the run
 
 
 class RunAborted(RuntimeError):
@@ -76,13 +80,20 @@ def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_ev
     print(_progress(plan, started) + "  done", flush=True)
 
 
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, scenario: str) -> None:
     """Run one level and append its result (also when it stopped early, then marked incomplete)."""
     config = results.config
     before = scrape(endpoint.base_url, endpoint.headers())
+    cpu_before, wall_before = _cpu_s(), time.monotonic()
     try:
         run_level(endpoint, plan, config.level_timeout_s)
     finally:
+        cpu_s, wall_s = _cpu_s() - cpu_before, time.monotonic() - wall_before
         result = LevelResult(
             plan.arm,
             scenario,
@@ -92,7 +103,16 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
             level_metrics(plan.records).as_dict(),
             delta(before, scrape(endpoint.base_url, endpoint.headers())),
         )
-        result.metrics["incomplete"] = plan.aborted is not None or not plan.finished()
+        metrics = result.metrics
+        metrics["incomplete"] = plan.aborted is not None or not plan.finished()
+        # the load generator's own cost: CPU seconds of this process per request, and its share of one core
+        metrics["client_cpu_s_per_request"] = cpu_s / max(1, plan.completed)
+        metrics["client_cpu_share"] = cpu_s / wall_s if wall_s > 0 else None
+        problems = level_problems(plan.level, metrics["achieved_concurrency"], metrics["client_cpu_share"])
+        metrics["level_valid"] = not problems
+        metrics["level_problems"] = "; ".join(problems)
+        if problems:
+            print(f"  warning: level c={plan.level} of arm '{plan.arm}' is not a valid measurement: {metrics['level_problems']}", flush=True)
         if result.metrics["stalled_stream_rate"] > STALLED_WARNING:
             print(
                 f"  warning: {result.metrics['stalled_stream_rate']:.0%} of the answers arrived in one piece "
@@ -102,6 +122,43 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
             )
         results.levels.append(result)
         results.write()
+    _stop_if_failing(plan)
+
+
+def _stop_if_failing(plan: LevelPlan) -> None:
+    """More than half of a level's measured requests failed: the numbers would describe errors, not the server."""
+    measured = [r for r in plan.records if not r.warmup]
+    failed = [r for r in measured if r.verdict in FAILED]
+    if measured and len(failed) > FAILED_LEVEL_SHARE * len(measured):
+        raise RunAborted(
+            f"arm '{plan.arm}': {len(failed)} of {len(measured)} requests failed at c={plan.level}; first: {failed[0].error}"
+        )
+
+
+def smoke_test(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
+    """One request of the run's first scenario, sent as the sweep will send it, before any load: a server
+    that refuses it (a max_tokens above its context, a wrong model name, a missing key) stops the run
+    with the server's own message instead of a sweep of errors."""
+    scenario = load_scenario(config.scenarios[0])
+    sample = next(scenario.samples(Split.TRAIN, 1))  # not a measured prompt: it would sit in the prefix cache
+    mode = config.arm_mode(config.arm(arm)) if scenario.is_json else Mode.TEXT
+    body = chat_body(sample, mode, endpoint.model, config.max_tokens, config.temperature)
+    try:
+        response = httpx.post(
+            f"{endpoint.base_url}/v1/chat/completions", json=body, headers=endpoint.headers(), timeout=config.request_timeout_s
+        )
+    except httpx.HTTPError as exc:
+        raise RunAborted(f"arm '{arm}': the first request failed ({type(exc).__name__}: {exc}); check the server") from None
+    if response.status_code != 200:
+        message = response.text
+        try:
+            error = response.json().get("error", {})
+            message = error.get("message", message) if isinstance(error, dict) else str(error)
+        except ValueError:
+            pass
+        raise RunAborted(
+            f"arm '{arm}': the server refused the first request (HTTP {response.status_code}): {' '.join(message.split())[:300]}"
+        )
 
 
 def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
@@ -120,6 +177,8 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
             results.arms[endpoint.arm] = arm_facts(config, endpoint)
             print(f"  {endpoint.arm}: ready at {endpoint.base_url}", flush=True)
         results.write()
+        for name, endpoint in endpoints.items():
+            smoke_test(endpoint, config, name)
         for scenario_name in config.scenarios:
             scenario = load_scenario(scenario_name)
             per_level = config.warmup_requests + config.requests_per_level

@@ -93,9 +93,15 @@ class ChatCompletionsUser(User):
             if status != 200:
                 error = f"HTTP {status}: {response.read().decode(errors='replace')[:300]}"
             else:
+                deadline = time.monotonic() + plan.timeout_s
                 lines = iter(lambda: response.readline(b"\n"), b"")
-                result = consume_sse(_lines_until(lines, time.monotonic() + plan.timeout_s), time.time)
+                result = consume_sse(_lines_until(lines, deadline), time.time)
                 error = result.error
+                # Read past "data: [DONE]" to the end of the body: a response left unread is not reusable,
+                # so the connection would close and the next request reconnect (and resolve the host
+                # through gevent's thread pool), which at high concurrency queues users on the client.
+                for _ in _lines_until(lines, deadline):
+                    pass
         except TimeoutError:
             timed_out, error = True, f"no complete answer within {plan.timeout_s:.0f}s"
         except Exception as exc:  # noqa: BLE001 - any transport failure is an http_error verdict

@@ -20,9 +20,13 @@ SUMMARY_COLUMNS = {
     "tpot_median_ms": "TPOT ms",
     "invalid_json_rate": "invalid JSON",
     "rate_truncated": "truncated",
+    "rate_http_error": "http error",
+    "rate_timeout": "timeout",
     "stalled_stream_rate": "stalled streams",
+    "achieved_concurrency": "achieved conc",
     "wall_s": "wall s",
 }
+RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams")
 
 
 def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
@@ -33,6 +37,9 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
         return df
     metrics = [c for c in SUMMARY_COLUMNS if c in df]
     grouped = df.groupby(["scenario", "level", "arm"], sort=True)[metrics].median().reset_index()
+    if "level_valid" in df:  # a (scenario, level, arm) with any repeat that did not hold its load is flagged
+        valid = df.groupby(["scenario", "level", "arm"], sort=True)["level_valid"].all().reset_index(drop=True)
+        grouped["level ok"] = ["yes" if ok else "NO" for ok in valid]
     reference = grouped[grouped["arm"] == REFERENCE_ARM].set_index(["scenario", "level"])["effective_tok_s"]
     keys = list(zip(grouped["scenario"], grouped["level"], strict=True))
     grouped[SPEEDUP_COLUMN] = [
@@ -46,7 +53,7 @@ def format_summary(summary: pd.DataFrame) -> str:
     if summary.empty:
         return "(no completed levels)"
     shown = summary.copy()
-    for column in ("invalid JSON", "truncated", "stalled streams"):
+    for column in RATE_COLUMNS:
         if column in shown:
             shown[column] = shown[column].map(lambda v: f"{v:.2%}")
     return shown.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")

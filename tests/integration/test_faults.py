@@ -17,8 +17,9 @@ from tests.integration.procs import assert_no_server_left
 FAKE = f"{sys.executable} {Path(__file__).resolve().parents[1] / 'fake_openai_server.py'}"
 
 
-def _config(tmp_path, behavior, **overrides):
-    arm = {"name": "broken", "launcher": FAKE, "server_args": ["--behavior", behavior, "--after", "3"], "mode": "json_object"}
+def _config(tmp_path, behavior, after=4, **overrides):
+    # after: requests answered before the fault; the first is the sweep's smoke request
+    arm = {"name": "broken", "launcher": FAKE, "server_args": ["--behavior", behavior, "--after", str(after)], "mode": "json_object"}
     path = tmp_path / "run.yaml"
     path.write_text(json.dumps({"custom_arms": [arm]}), encoding="utf-8")
     settings = {
@@ -57,12 +58,29 @@ def test_server_dying_mid_level_keeps_partial_results(tmp_path):
     assert_no_server_left(run_dir)
 
 
-def test_hanging_requests_time_out_and_are_recorded(tmp_path):
+def test_hanging_requests_time_out_are_recorded_and_stop_the_run(tmp_path):
     run_dir = tmp_path / "run"
-    state = run_sweep(_config(tmp_path, "hang", requests_per_level=2), run_dir)
-    assert state.complete
+    with pytest.raises(RunAborted, match="2 of 2 requests failed at c=2; first: no complete answer within 2s"):
+        run_sweep(_config(tmp_path, "hang-after", after=1, requests_per_level=2), run_dir)
     verdicts = [r.verdict for r in read_records(run_dir / "requests.jsonl")]
-    assert verdicts == ["timeout", "timeout"]
+    assert verdicts == ["timeout", "timeout"]  # kept on disk
+    assert json.loads((run_dir / "results.json").read_text())["complete"] is False
+    assert_no_server_left(run_dir)
+
+
+def test_a_refused_request_stops_the_run_with_the_servers_message(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(RunAborted, match=r"refused the first request \(HTTP 400\): max_tokens is too large"):
+        run_sweep(_config(tmp_path, "refuse"), run_dir)
+    assert json.loads((run_dir / "results.json").read_text())["complete"] is False
+    assert_no_server_left(run_dir)
+
+
+def test_a_server_that_never_answers_the_first_request_stops_the_run_before_any_load(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(RunAborted, match="the first request failed"):
+        run_sweep(_config(tmp_path, "hang"), run_dir)
+    assert not (run_dir / "requests.jsonl").read_text()
     assert_no_server_left(run_dir)
 
 

@@ -5,39 +5,43 @@ import pytest
 from dspark_bench.reports.gate import GateError, Thresholds, evaluate, format_checks, load_thresholds
 
 
-def _level(arm, level, eff, p95=100.0, invalid=0.0, repeat=0):
-    metrics = {"effective_tok_s": eff, "latency_p95_ms": p95, "invalid_json_rate": invalid}
+def _level(arm, level, eff, p95=100.0, invalid=0.0, repeat=0, **more):
+    metrics = {"effective_tok_s": eff, "latency_p95_ms": p95, "invalid_json_rate": invalid, "valid_rate": 1 - invalid, **more}
     return {"arm": arm, "scenario": "s", "mode": "json_object", "level": level, "repeat": repeat, "metrics": metrics}
 
 
-def _results(*levels):
-    return {"levels": list(levels)}
+def _results(*levels, complete=True):
+    return {"complete": complete, "levels": list(levels)}
+
+
+def _speedups(checks):
+    return [c for c in checks if c.check.startswith("speed-up")]
 
 
 def test_speedup_passes_and_fails_against_the_same_runs_reference_arm():
     thresholds = Thresholds(against="base", noise_margin=0.0, min_speedup={"fast": {1: 2.0, 8: 1.5}})
     run = _results(_level("base", 1, 100), _level("fast", 1, 210), _level("base", 8, 100), _level("fast", 8, 140))
     checks = evaluate(run, thresholds)
-    assert [(c.level, round(c.measured, 2), c.passed) for c in checks] == [(1, 2.1, True), (8, 1.4, False)]
-    assert "gate: FAILED (1/2 checks passed)" in format_checks(checks)
+    assert [(c.level, round(c.measured, 2), c.passed) for c in _speedups(checks)] == [(1, 2.1, True), (8, 1.4, False)]
+    assert "gate: FAILED (2/3 checks passed)" in format_checks(checks)  # the run-complete check passes
 
 
 def test_a_missing_level_fails_rather_than_passing_silently():
     checks = evaluate(_results(_level("base", 1, 100)), Thresholds(against="base", min_speedup={"fast": {1: 1.0}}))
-    assert not checks[0].passed
+    assert not _speedups(checks)[0].passed
 
 
 def test_noise_margin_grows_with_the_spread_of_repeats():
     thresholds = Thresholds(against="base", noise_margin=0.01, min_speedup={"fast": {1: 2.0}})
     steady = _results(_level("base", 1, 100), _level("fast", 1, 190))
-    assert not evaluate(steady, thresholds)[0].passed  # 1.9 < 2.0 * 0.99
+    assert not _speedups(evaluate(steady, thresholds))[0].passed  # 1.9 < 2.0 * 0.99
     noisy = _results(
         _level("base", 1, 100),
         _level("fast", 1, 190, repeat=0),
         _level("fast", 1, 170, repeat=1),
         _level("fast", 1, 210, repeat=2),
     )
-    check = evaluate(noisy, thresholds)[0]  # spread (210-170)/190 = 21%: limit 2.0 * 0.79
+    check = _speedups(evaluate(noisy, thresholds))[0]  # spread (210-170)/190 = 21%: limit 2.0 * 0.79
     assert check.passed and check.limit == pytest.approx(2.0 * (1 - 40 / 190))
 
 
@@ -46,8 +50,32 @@ def test_invalid_rate_and_p95_against_the_reference_run():
     run = _results(_level("fast", 1, 100, p95=130, invalid=0.01))
     reference = _results(_level("fast", 1, 100, p95=100))
     by_check = {c.check: c for c in evaluate(run, thresholds, reference)}
-    assert not by_check["invalid JSON rate"].passed
+    assert not by_check["not-valid rate"].passed
     assert not by_check["P95 ms vs reference"].passed and by_check["P95 ms vs reference"].limit == pytest.approx(120)
+
+
+def test_noise_margin_is_capped():
+    """A spread of 100% must not push the limit to zero: the margin stops at 25%."""
+    thresholds = Thresholds(against="base", noise_margin=0.0, min_speedup={"fast": {1: 2.0}})
+    wild = _results(_level("base", 1, 100), _level("fast", 1, 50, repeat=0), _level("fast", 1, 150, repeat=1))
+    check = _speedups(evaluate(wild, thresholds))[0]
+    assert check.limit == pytest.approx(2.0 * 0.75) and not check.passed
+
+
+def test_every_verdict_but_valid_counts_toward_the_invalid_limit():
+    thresholds = Thresholds(against="base", max_invalid_rate={"fast": 0.0})
+    errors = _results(_level("fast", 1, 100, invalid=0.0) | {"metrics": {"effective_tok_s": 100, "latency_p95_ms": 1,
+                      "invalid_json_rate": 0.0, "valid_rate": 0.5}})  # fmt: skip
+    assert not next(c for c in evaluate(errors, thresholds) if c.check == "not-valid rate").passed
+
+
+def test_incomplete_runs_and_levels_not_measured_cleanly_fail():
+    thresholds = Thresholds(against="base")
+    assert not evaluate(_results(_level("base", 1, 100), complete=False), thresholds)[0].passed
+    for bad in ({"level_problems": "achieved concurrency 6.0 of 8 (75% < 90%)"}, {"stalled_stream_rate": 0.3}, {"incomplete": True}):
+        checks = evaluate(_results(_level("base", 8, 100, **bad)), thresholds)
+        assert [c.check for c in checks if not c.passed] == ["level measured cleanly"], bad
+    assert all(c.passed for c in evaluate(_results(_level("base", 8, 100, level_problems="", stalled_stream_rate=0.0)), thresholds))
 
 
 def test_thresholds_file_errors_name_the_fix(tmp_path):

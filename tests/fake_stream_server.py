@@ -1,0 +1,71 @@
+"""A fast OpenAI-compatible streaming server (asyncio, HTTP/1.1 keep-alive, chunked SSE): a token every
+--token-ms milliseconds, --tokens per answer. Nothing like a model: a load generator's test bench, where
+the server is never the bottleneck, so any shortfall in concurrency is the client's.
+
+    python tests/fake_stream_server.py --port 8123 [--tokens 10] [--token-ms 20]
+"""
+
+import argparse
+import asyncio
+import json
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--port", type=int, required=True)
+parser.add_argument("--tokens", type=int, default=10)
+parser.add_argument("--token-ms", type=float, default=20.0)
+args = parser.parse_args()
+
+
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def event(payload: dict) -> bytes:
+    return chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+
+async def answer(writer: asyncio.StreamWriter) -> None:
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    pieces = ['{"a":', " 1", ",", ' "b":', ' "x', 'y"', "}"]
+    for index in range(args.tokens):
+        await asyncio.sleep(args.token_ms / 1000)
+        text = pieces[index] if index < len(pieces) else ""
+        writer.write(event({"choices": [{"index": 0, "delta": {"content": text or " "}, "finish_reason": None}]}))
+        await writer.drain()
+    writer.write(event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    writer.write(event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": args.tokens}}))
+    writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    await writer.drain()
+
+
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            if length:
+                await reader.readexactly(length)
+            path = head.split(b" ", 2)[1]
+            if path == b"/v1/chat/completions":
+                await answer(writer)
+            else:
+                body = json.dumps({"data": [{"id": "fake"}]}).encode() if path == b"/v1/models" else b""
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def main() -> None:
+    server = await asyncio.start_server(handle, "127.0.0.1", args.port, backlog=1024)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+asyncio.run(main())
