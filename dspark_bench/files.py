@@ -26,7 +26,7 @@ def read_yaml_mapping(path: str | Path, example: str = "see the examples in the 
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise FileProblem(path, f"not valid YAML ({exc})", "correct the syntax") from None
+        raise FileProblem(path, f"not valid YAML ({' '.join(str(exc).split())})", "correct the syntax") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise FileProblem(path, f"cannot be read ({exc})", "check the file") from None
     if raw is None:

@@ -56,6 +56,47 @@ class RunConfig:
 
 
 _LIST_FIELDS = {"scenarios", "arms", "levels", "server_args"}
+# The type each scalar or mapping setting must have in a YAML file (flags arrive already typed).
+_SHAPES: dict[str, type | tuple[type, ...]] = {
+    "model": str,
+    "requests_per_level": int,
+    "warmup_requests": int,
+    "repeats": int,
+    "max_tokens": int,
+    "temperature": (int, float),
+    "request_timeout_s": (int, float),
+    "startup_timeout_s": (int, float),
+    "level_timeout_s": (int, float),
+    "output_dir": str,
+    "run_name": str,
+    "urls": dict,
+    "api_key_env": str,
+    "served_model_name": str,
+    "gpustack": dict,
+    "mode": str,
+}
+_EXAMPLES = {
+    "model": "models/tiny-json",
+    "requests_per_level": "200",
+    "warmup_requests": "2",
+    "repeats": "3",
+    "max_tokens": "512",
+    "temperature": "0.0",
+    "request_timeout_s": "120",
+    "startup_timeout_s": "600",
+    "level_timeout_s": "3600",
+    "output_dir": "runs",
+    "run_name": "my-run",
+    "urls": "{baseline: http://host:8000}",
+    "api_key_env": "OPENAI_API_KEY",
+    "served_model_name": "tiny-json",
+    "gpustack": "{url: http://host, model_path: /models/m}",
+    "mode": "json_object",
+    "scenarios": "order_extraction, tool_call",
+    "arms": "baseline, dspark",
+    "levels": "1, 8, 64",
+    "server_args": "--dtype, bfloat16",
+}
 
 
 def _fail(setting: str, problem: str, fix: str) -> None:
@@ -98,11 +139,22 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
     for key in _LIST_FIELDS & set(values):
         if isinstance(values[key], str):
             values[key] = [v.strip() for v in values[key].split(",") if v.strip()]
+        elif isinstance(values[key], int | float) and not isinstance(values[key], bool) and key == "levels":
+            values[key] = [values[key]]  # "levels: 8" means one level
+        if not isinstance(values[key], list | tuple):
+            _fail(key, f"{values[key]!r} is not a list", f"write a list, e.g. {key}: [{_EXAMPLES[key]}]")
         values[key] = tuple(values[key])
+    for key, shape in _SHAPES.items():
+        kinds = shape if isinstance(shape, tuple) else (shape,)
+        if key in values and (not isinstance(values[key], kinds) or isinstance(values[key], bool)):
+            wanted = " or ".join(k.__name__ for k in kinds)
+            _fail(key, f"{values[key]!r} is a {type(values[key]).__name__}, not a {wanted}", f"write e.g. {key}: {_EXAMPLES[key]}")
     if "custom_arms" in values:
+        if not isinstance(values["custom_arms"], list | tuple):
+            _fail("custom_arms", "not a list", "write a list of arms: '- {name: x, server_args: [...]}'")
         values["custom_arms"] = tuple(_parse_arm(a) for a in values["custom_arms"])
     if "mode" in values:
-        if values["mode"] not in {Mode.PROMPT, Mode.JSON_OBJECT, Mode.JSON_SCHEMA}:
+        if str(values["mode"]) not in {Mode.PROMPT, Mode.JSON_OBJECT, Mode.JSON_SCHEMA}:
             _fail("mode", f"unknown mode {values['mode']!r}", "use prompt, json_object or json_schema")
         values["mode"] = Mode(values["mode"])
     config = replace(RunConfig(), **values)
@@ -111,6 +163,10 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
 
 def validate_config(config: RunConfig) -> RunConfig:
     """The config, with levels as integers, or ConfigError naming the first setting that cannot work."""
+    for key in ("scenarios", "arms", "server_args"):
+        for item in getattr(config, key):
+            if not isinstance(item, str):
+                _fail(key, f"{item!r} is not a string", f"write e.g. {key}: [{_EXAMPLES[key]}]")
     known_arms = set(BUILTIN_ARMS) | {a.name for a in config.custom_arms}
     for name in config.arms:
         if name not in known_arms:
@@ -125,9 +181,11 @@ def validate_config(config: RunConfig) -> RunConfig:
     if not config.scenarios:
         _fail("scenarios", "empty", f"use some of {', '.join(builtin_names())}")
     try:
+        if any(isinstance(level, bool | float) for level in config.levels):
+            raise ValueError
         levels = tuple(int(level) for level in config.levels)
     except (TypeError, ValueError):
-        _fail("levels", f"{config.levels!r} are not integers", "write e.g. 1,2,4,8")
+        _fail("levels", f"{list(config.levels)!r} are not whole numbers", "write e.g. 1,2,4,8")
     if not levels or min(levels) < 1:
         _fail("levels", "concurrency levels must be >= 1", "write e.g. 1,2,4,8")
     for name, value, low in (
@@ -136,8 +194,20 @@ def validate_config(config: RunConfig) -> RunConfig:
         ("repeats", config.repeats, 1),
         ("max_tokens", config.max_tokens, 1),
     ):
-        if not isinstance(value, int) or value < low:
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
             _fail(name, f"{value!r} is not an integer >= {low}", f"give an integer >= {low}")
+    for name, value in (
+        ("request_timeout_s", config.request_timeout_s),
+        ("startup_timeout_s", config.startup_timeout_s),
+        ("level_timeout_s", config.level_timeout_s),
+    ):
+        if value <= 0:
+            _fail(name, f"{value!r} seconds is not a positive time", f"write e.g. {name}: {_EXAMPLES[name]}")
+    if config.temperature < 0:
+        _fail("temperature", f"{config.temperature!r} is negative", "write a temperature >= 0 (0: greedy, as the article)")
+    for arm, url in config.urls.items():
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            _fail(f"urls.{arm}", f"{url!r} is not an http(s) URL", "write urls: {ARM: http://host:port}")
     if config.gpustack is not None:
         if config.urls:
             _fail("gpustack", "given together with urls", "deploy on GPUStack or point at running servers, not both")
