@@ -38,7 +38,11 @@ async def answer(writer: asyncio.StreamWriter) -> None:
     await writer.drain()
 
 
+CONNECTIONS = [0]  # accepted so far: a client that reuses its connections opens one per user
+
+
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    CONNECTIONS[0] += 1
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -52,7 +56,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             if path == b"/v1/chat/completions":
                 await answer(writer)
             else:
-                body = json.dumps({"data": [{"id": "fake"}]}).encode() if path == b"/v1/models" else b""
+                body = json.dumps({"data": [{"id": "fake"}], "connections": CONNECTIONS[0]}).encode() if path == b"/v1/models" else b""
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
                 await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
