@@ -18,6 +18,7 @@ import locust  # noqa: F401  - early: gevent patches sockets before anything ope
 
 from dspark_bench.loadtests.config import ConfigError, load_config
 from dspark_bench.loadtests.deploy.base import DeployError
+from dspark_bench.loadtests.machine import machine_summary
 from dspark_bench.loadtests.records import records_path
 from dspark_bench.loadtests.results import load_results, results_from_records
 from dspark_bench.loadtests.sweep import RunAborted, run_sweep
@@ -205,7 +206,8 @@ def _report(run_dir: Path) -> None:
     if not (run_dir / "results.json").exists():
         return
     results = load_results(run_dir)
-    print("\n" + format_summary(summary_frame(results)))
+    print(f"\nmachine: {machine_summary(results.get('machine', {}))}")
+    print(format_summary(summary_frame(results)))
     try:
         page = render_html(results, run_dir / "report.html")
     except Exception as exc:  # noqa: BLE001 - a report bug must not hide the run's outcome or lose data

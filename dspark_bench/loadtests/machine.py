@@ -1,4 +1,13 @@
-"""What a run ran on: CPU, cores, GPU, versions and commit, recorded with every result."""
+"""What a run ran on, and what else ran beside it.
+
+``machine_facts``: CPU model, the instruction-set features that decide speed on a CPU server (AMX,
+AVX-512 BF16/FP16: without AMX a bf16 verification pass of a long draft costs more than on a machine
+with it), cores, memory, whether it is a virtual machine, GPU, versions and commit.
+
+``CpuSnapshot`` / ``cpu_noise``: per level, the CPU time the machine spent on processes other than the
+servers under test and this harness, and the time the hypervisor stole, so a level measured beside
+other work is visible as such.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +15,69 @@ import os
 import platform
 import subprocess
 import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+SPEED_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx2")
+NOISE_WARNING = 0.10  # other processes' share of the machine's CPU time above which a level is noisy
+STEAL_WARNING = 0.05
+
+
+def _cpuinfo() -> dict[str, str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    info: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())
+    return info
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _virtualization(flags: set[str]) -> str | None:
+    """The hypervisor systemd-detect-virt names (kvm, microsoft, ...), else 'vm' when the CPU reports one;
+    None on bare metal. Containers are not VMs: they share the host's CPU as it is."""
+    try:
+        found = subprocess.run(["systemd-detect-virt", "--vm"], capture_output=True, text=True, timeout=5).stdout.strip()
+        if found and found != "none":
+            return found
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "vm" if "hypervisor" in flags else None
+
+
+def machine_summary(machine: dict[str, Any]) -> str:
+    """One line for every figure: 'Intel(R) Xeon(R) Processor, 2 cores, AMX, AVX-512 BF16, VM (kvm), 23.5 GiB'."""
+    flags = set(machine.get("cpu_flags") or ())
+    parts = [str(machine.get("cpu")), f"{machine.get('cores')} cores", "AMX" if "amx_bf16" in flags else "no AMX"]
+    if "avx512_bf16" in flags:
+        parts.append("AVX-512 BF16")
+    if machine.get("virtualization"):
+        parts.append(f"VM ({machine['virtualization']})")
+    if machine.get("memory_gib"):
+        parts.append(f"{machine['memory_gib']} GiB")
+    return ", ".join(parts)
+
 
 def machine_facts() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    cpu = info.get("model name") or platform.processor()
     try:
         gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=5).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
@@ -39,12 +97,89 @@ def machine_facts() -> dict[str, Any]:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    return {
+    facts = {
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "cpu_flags": [f for f in SPEED_FLAGS if f in flags],
+        "amx": "amx_bf16" in flags,
+        "memory_gib": _memory_gib(),
+        "virtualization": _virtualization(flags),
         "gpu": gpu,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "git_commit": commit,
         "versions": versions,
     }
+    facts["summary"] = machine_summary(facts)
+    return facts
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """CPU seconds at one moment: the whole machine (busy and stolen), the servers' process groups, this process."""
+
+    at: float
+    machine_busy_s: float
+    steal_s: float
+    servers_s: float
+    harness_s: float
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _machine_times() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine since boot, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq) / _TICK, steal / _TICK
+
+
+def _group_cpu_s(pgids: set[int]) -> float:
+    """utime + stime of every live process in these process groups (each local server runs in its own)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        if int(fields[2]) in pgids:  # field 5 of stat: pgrp
+            total += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
+    return total / _TICK
+
+
+def cpu_snapshot(server_pgids: Iterable[int]) -> CpuSnapshot | None:
+    """None where /proc is not there to read (not Linux)."""
+    try:
+        busy, steal = _machine_times()
+        times = os.times()
+        return CpuSnapshot(time.monotonic(), busy, steal, _group_cpu_s(set(server_pgids)), times.user + times.system)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_noise(before: CpuSnapshot | None, after: CpuSnapshot | None, cores: int | None = None) -> dict[str, float]:
+    """Over the span between two snapshots: CPU seconds of everything but the servers and the harness, and
+    its share of the machine's CPU time; the share of CPU time stolen by the hypervisor. Pure."""
+    if before is None or after is None or after.at <= before.at:
+        return {}
+    capacity = (after.at - before.at) * (cores or os.cpu_count() or 1)
+    other = (after.machine_busy_s - before.machine_busy_s) - (after.servers_s - before.servers_s) - (
+        after.harness_s - before.harness_s
+    )
+    other = max(0.0, other)  # processes that exited during the span take their time with them
+    return {
+        "other_cpu_s": other,
+        "other_cpu_share": other / capacity,
+        "steal_share": (after.steal_s - before.steal_s) / capacity,
+    }
+
+
+def noise_problems(noise: dict[str, float]) -> list[str]:
+    problems = []
+    if noise.get("other_cpu_share", 0.0) > NOISE_WARNING:
+        problems.append(f"other processes took {noise['other_cpu_share']:.0%} of the machine's CPU")
+    if noise.get("steal_share", 0.0) > STEAL_WARNING:
+        problems.append(f"the hypervisor stole {noise['steal_share']:.0%} of the CPU time")
+    return problems

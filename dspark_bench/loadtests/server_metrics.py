@@ -21,6 +21,9 @@ TRACKED = (
 )
 
 
+_UNREADABLE: set[str] = set()  # servers already reported as having no readable /metrics
+
+
 def scrape(base_url: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> dict[str, float] | None:
     """Tracked counters summed over their label sets; None if the endpoint has no /metrics."""
     try:
@@ -29,12 +32,22 @@ def scrape(base_url: str, headers: dict[str, str] | None = None, timeout: float 
     except httpx.HTTPError:
         return None
     totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(response.text):
-        if family.name not in TRACKED:
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_total"):
-                totals[family.name] = totals.get(family.name, 0.0) + sample.value
+    try:
+        for family in text_string_to_metric_families(response.text):
+            if family.name not in TRACKED:
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    totals[family.name] = totals.get(family.name, 0.0) + sample.value
+    except (ValueError, TypeError, IndexError) as exc:  # a gateway's page, JSON...: not Prometheus text
+        if base_url not in _UNREADABLE:
+            _UNREADABLE.add(base_url)
+            print(
+                f"  note: {base_url}/metrics is not Prometheus text ({type(exc).__name__}); server counters "
+                "(speculation, prefix cache) are left out for this arm",
+                flush=True,
+            )
+        return None
     return totals
 
 

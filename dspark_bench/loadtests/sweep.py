@@ -18,6 +18,7 @@ from locust.env import Environment
 from dspark_bench.loadtests.arms import make_deployer, server_specs
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
+from dspark_bench.loadtests.machine import cpu_noise, cpu_snapshot, noise_problems
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_metrics, level_problems
 from dspark_bench.loadtests.openai_api import chat_body
 from dspark_bench.loadtests.plan import LevelPlan, PlanSlot
@@ -90,6 +91,7 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
     config = results.config
     before = scrape(endpoint.base_url, endpoint.headers())
     cpu_before, wall_before = _cpu_s(), time.monotonic()
+    snapshot = cpu_snapshot(results.server_pgids)
     try:
         run_level(endpoint, plan, config.level_timeout_s)
     finally:
@@ -108,6 +110,10 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
         # the load generator's own cost: CPU seconds of this process per request, and its share of one core
         metrics["client_cpu_s_per_request"] = cpu_s / max(1, plan.completed)
         metrics["client_cpu_share"] = cpu_s / wall_s if wall_s > 0 else None
+        noise = cpu_noise(snapshot, cpu_snapshot(results.server_pgids))
+        metrics.update(noise)
+        if noisy := noise_problems(noise):
+            print(f"  warning: c={plan.level} of arm '{plan.arm}' ran beside other work: {'; '.join(noisy)}", flush=True)
         problems = level_problems(plan.level, metrics["achieved_concurrency"], metrics["client_cpu_share"])
         metrics["level_valid"] = not problems
         metrics["level_problems"] = "; ".join(problems)
@@ -175,6 +181,8 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
         for endpoint in deployer.start_many(server_specs(config, arms)):
             endpoints[endpoint.arm] = endpoint
             results.arms[endpoint.arm] = arm_facts(config, endpoint)
+            if endpoint.process is not None:
+                results.server_pgids.append(endpoint.process.pid)  # each local server leads its own group
             print(f"  {endpoint.arm}: ready at {endpoint.base_url}", flush=True)
         results.write()
         for name, endpoint in endpoints.items():

@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dspark_bench.loadtests.machine import machine_summary  # noqa: E402
 from dspark_bench.loadtests.results import levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, load_records  # noqa: E402
 from dspark_bench.reports.tables import SPEEDUP_COLUMN, summary_frame  # noqa: E402
@@ -116,7 +117,7 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
         f"<p>Model <code>{esc(str(config.get('model')))}</code>; scenarios {esc(', '.join(config.get('scenarios', [])))}; "
         f"{config.get('requests_per_level')} requests per level (+{config.get('warmup_requests')} warm-up), "
         f"max_tokens {config.get('max_tokens')}, temperature {config.get('temperature')}; started {esc(results.get('started', ''))}.</p>",
-        f"<p>Machine: {esc(str(machine.get('cpu')))} ({machine.get('cores')} cores), GPU {esc(str(machine.get('gpu')))}; "
+        f"<p>Machine: {esc(machine_summary(machine))}, GPU {esc(str(machine.get('gpu')))}; "
         f"git {esc(str(machine.get('git_commit')))}; versions {esc(str(machine.get('versions')))}</p>",
         f"<h2>Arms</h2><ul>{arms}</ul>",
     ]

@@ -24,9 +24,10 @@ SUMMARY_COLUMNS = {
     "rate_timeout": "timeout",
     "stalled_stream_rate": "stalled streams",
     "achieved_concurrency": "achieved conc",
+    "other_cpu_share": "other CPU",
     "wall_s": "wall s",
 }
-RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams")
+RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU")
 
 
 def summary_frame(results: dict[str, Any]) -> pd.DataFrame:

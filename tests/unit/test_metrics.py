@@ -83,3 +83,23 @@ def test_server_counter_deltas():
     assert out["grammar_forced_share"] == 0.1 and out["prefix_cache_hit_rate"] == 0.25
     assert "grammar_forced_share" not in delta({}, {"vllm:generation_tokens": 5})  # stock vLLM: no such counters
     assert delta(None, after) == {}
+
+
+def test_metrics_that_are_not_prometheus_text_are_left_out(capsys):
+    import httpx
+
+    from dspark_bench.loadtests import server_metrics
+
+    pages = {"/metrics": "<html><body>gateway</body></html>"}
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, text=pages[request.url.path]))
+    real_get = httpx.get
+    try:
+        httpx.get = lambda url, **kw: httpx.Client(transport=transport).get(url, **kw)  # type: ignore[assignment]
+        assert server_metrics.scrape("http://gw.example") is None
+        assert server_metrics.scrape("http://gw.example") is None
+        pages["/metrics"] = '{"json": true}'
+        assert server_metrics.scrape("http://gw2.example") is None
+    finally:
+        httpx.get = real_get  # type: ignore[assignment]
+    printed = capsys.readouterr().out
+    assert printed.count("http://gw.example/metrics is not Prometheus text") == 1  # said once per server
