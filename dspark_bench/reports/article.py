@@ -31,27 +31,63 @@ def load_records(run_dir: Path) -> pd.DataFrame:
     if df.empty:
         return df
     df = df[~df["warmup"].astype(bool)].copy()
+    df["repeat"] = df["repeat"].fillna(0).astype(int)
     df["latency_s"] = df["t_last_byte"] - df["t_send"]
     df["valid_tokens"] = np.where(df["verdict"] == Verdict.VALID.value, df["output_tokens"].fillna(0), 0)
     return df
 
 
+def _group_statistics(df: pd.DataFrame, statistic, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Per repeat of one arm: the statistic over RESAMPLES request resamples (rows), and over all its requests."""
+    resampled, whole = [], []
+    for _, group in df.groupby("repeat", sort=True):
+        n = len(group)
+        resampled.append(statistic(group, rng.integers(0, n, size=(RESAMPLES, n))))
+        whole.append(float(statistic(group, np.arange(n)[None])[0]))
+    return np.asarray(resampled), np.asarray(whole)
+
+
 def bootstrap_ratio(
     a: pd.DataFrame, b: pd.DataFrame, statistic, rng: np.random.Generator, point: float | None = None
 ) -> tuple[float, float]:
-    """2.5th and 97.5th percentiles of statistic(b) / statistic(a) over request resamples.
+    """2.5th and 97.5th percentiles of statistic(b) / statistic(a), by a hierarchical bootstrap: each
+    resample draws the repeats (with replacement), then the requests within each drawn repeat, and
+    averages the statistic over the drawn repeats. Run-to-run drift between repeats widens the interval;
+    with one repeat it covers request-to-request variation only.
 
     With ``point`` (the ratio measured another way, e.g. from wall time) the interval is scaled to
     sit around it: the bootstrap gives the spread, the measurement gives the centre.
     """
-    ia = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
-    ib = rng.integers(0, len(b), size=(RESAMPLES, len(b)))
-    ratios = statistic(b, ib) / statistic(a, ia)
-    low, high = np.nanpercentile(ratios, [2.5, 97.5])
-    if point is not None:
-        whole = float(statistic(b, np.arange(len(b))[None])[0] / statistic(a, np.arange(len(a))[None])[0])
-        low, high = low * point / whole, high * point / whole
+
+    def draws(df: pd.DataFrame) -> tuple[np.ndarray, float]:
+        if "repeat" not in df:
+            df = df.assign(repeat=0)
+        per_repeat, whole = _group_statistics(df, statistic, rng)
+        repeats = len(whole)
+        chosen = rng.integers(0, repeats, size=(RESAMPLES, repeats))
+        column = rng.integers(0, RESAMPLES, size=(RESAMPLES, repeats))
+        return per_repeat[chosen, column].mean(axis=1), float(whole.mean())
+
+    draws_a, whole_a = draws(a)
+    draws_b, whole_b = draws(b)
+    low, high = np.nanpercentile(draws_b / draws_a, [2.5, 97.5])
+    if point is not None and whole_a and whole_b:
+        scale = point / (whole_b / whole_a)
+        low, high = low * scale, high * scale
     return float(low), float(high)
+
+
+def interval_note(repeats: int) -> str:
+    """What the table's intervals cover, in words for the page."""
+    if repeats > 1:
+        return (f"95% intervals: hierarchical bootstrap over the {repeats} repeats and the requests within "
+                "each, so drift between repeats widens them.")  # fmt: skip
+    return ("95% intervals from one repeat: they cover request-to-request variation only, not run-to-run "
+            "drift; run with --repeats 3 or more for intervals that do.")  # fmt: skip
+
+
+def repeat_count(records: pd.DataFrame) -> int:
+    return int(records["repeat"].nunique()) if "repeat" in records and not records.empty else 1
 
 
 def _eff(level: int):
@@ -82,11 +118,22 @@ def article_table(
     levels = sorted(set(arms[base]["level"]) & set(arms[treat]["level"]))
     if not levels:
         return pd.DataFrame()
+    # wall time per (arm, level, repeat): each repeat's tokens over its own wall time, then the median
+    # over repeats, as the summary takes it
     walls = {
-        (row["arm"], row["level"]): row["metrics"]["wall_s"]
+        (row["arm"], row["level"], row.get("repeat", 0)): row["metrics"]["wall_s"]
         for row in results.get("levels", [])
-        if row["scenario"] == scenario and row.get("repeat", 0) == 0
+        if row["scenario"] == scenario
     }
+
+    def per_repeat(part: pd.DataFrame, arm: str, level: int, value) -> float | None:
+        found = []
+        for repeat, group in part.groupby("repeat") if "repeat" in part else [(0, part)]:
+            wall = walls.get((arm, level, int(repeat)))
+            if not wall:
+                return None
+            found.append(value(group, wall))
+        return float(np.median(found)) if found else None
     rng = np.random.default_rng(seed)
     rows = []
 
@@ -100,9 +147,11 @@ def article_table(
 
     for level in sorted({levels[0], levels[-1]}):
         a, b = (arms[arm][arms[arm]["level"] == level] for arm in (base, treat))
-        wall_a, wall_b = walls.get((base, level)), walls.get((treat, level))
-        eff_a = a["valid_tokens"].sum() / wall_a if wall_a else float(_eff(level)(a, np.arange(len(a))[None])[0])
-        eff_b = b["valid_tokens"].sum() / wall_b if wall_b else float(_eff(level)(b, np.arange(len(b))[None])[0])
+        measured = [per_repeat(part, arm, level, lambda g, wall: g["valid_tokens"].sum() / wall) for part, arm in ((a, base), (b, treat))]
+        eff_a, eff_b = (
+            value if value is not None else float(_eff(level)(part, np.arange(len(part))[None])[0])
+            for value, part in zip(measured, (a, b), strict=True)
+        )
         ci = bootstrap_ratio(a, b, _eff(level), rng, point=eff_b / eff_a if eff_a else None)
         add(f"effective JSON throughput (tok/s), concurrency {level}", eff_a, eff_b, ci, "x")
     a, b = (arms[arm][arms[arm]["level"] == levels[0]] for arm in (base, treat))
@@ -115,12 +164,14 @@ def article_table(
     )
     top = levels[-1]
     a, b = (arms[arm][arms[arm]["level"] == top] for arm in (base, treat))
-    if walls.get((base, top)) and walls.get((treat, top)):
+    total_a = per_repeat(a, base, top, lambda _g, wall: wall)
+    total_b = per_repeat(b, treat, top, lambda _g, wall: wall)
+    if total_a and total_b:
         add(
-            f"total time of the concurrency-{top} level, {len(a)} requests (s)",
-            walls[(base, top)],
-            walls[(treat, top)],
-            bootstrap_ratio(a, b, _total_latency, rng, point=walls[(treat, top)] / walls[(base, top)]),
+            f"total time of the concurrency-{top} level, {len(a) // repeat_count(a)} requests (s)",
+            total_a,
+            total_b,
+            bootstrap_ratio(a, b, _total_latency, rng, point=total_b / total_a),
             "%",
         )
     rates = {arm: (part["verdict"].isin([v.value for v in INVALID_JSON]).mean(), (part["verdict"] == "truncated").mean()) for arm, part in arms.items()}

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dspark_bench.loadtests.machine import machine_summary  # noqa: E402
 from dspark_bench.loadtests.results import levels_frame  # noqa: E402
-from dspark_bench.reports.article import article_table, load_records  # noqa: E402
+from dspark_bench.reports.article import article_table, interval_note, load_records, repeat_count  # noqa: E402
 from dspark_bench.reports.tables import SPEEDUP_COLUMN, summary_frame  # noqa: E402
 
 STYLE = """
@@ -129,6 +129,7 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
                 parts += [
                     f"<h2>The article's table: {esc(scenario)}, dspark against {esc(base)}</h2>",
                     table.to_html(index=False, na_rep="-"),
+                    f"<p>{esc(interval_note(repeat_count(records)))}</p>",
                 ]
     if not summary.empty:
         detail = levels_frame(results)

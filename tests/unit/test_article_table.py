@@ -42,3 +42,33 @@ def test_rows_ratios_and_invalid_rates(tmp_path):
 def test_missing_arm_gives_no_table(tmp_path):
     results = _write_run(tmp_path)
     assert article_table(load_records(tmp_path), results, "s", treat="absent").empty
+
+
+def _write_repeats(tmp_path, dspark_latency_by_repeat):
+    """Three repeats; baseline steady, dspark's latency per repeat as given (drift between repeats)."""
+    rows, levels = [], []
+    for arm, latencies in (("baseline", [1.0, 1.0, 1.0]), ("dspark", dspark_latency_by_repeat)):
+        for repeat, latency in enumerate(latencies):
+            for i in range(30):
+                rows.append({"arm": arm, "level": 1, "scenario": "s", "warmup": False, "repeat": repeat, "t_send": 0.0,
+                             "t_last_byte": latency * (1 + 0.05 * (i % 3)), "output_tokens": 100, "verdict": "valid"})  # fmt: skip
+            levels.append({"arm": arm, "scenario": "s", "level": 1, "repeat": repeat, "metrics": {"wall_s": 30 * latency * 1.05}})
+    (tmp_path / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    return {"levels": levels}
+
+
+def _interval(table):
+    cell = table.loc["effective JSON throughput (tok/s), concurrency 1"]["change (95% CI)"]
+    return tuple(float(v) for v in cell.split("(")[1].rstrip(")").split("-"))
+
+
+def test_repeats_do_not_inflate_throughput_and_drift_widens_the_interval(tmp_path):
+    steady = _write_repeats(tmp_path, [0.5, 0.5, 0.5])
+    table = article_table(load_records(tmp_path), steady, "s").set_index("metric")
+    # each repeat: 30 x 100 tokens over its own wall time (31.5 s for baseline), not all 90 answers over one repeat's
+    assert table.loc["effective JSON throughput (tok/s), concurrency 1"]["baseline"] == round(3000 / 31.5, 2)
+    narrow = _interval(table)
+    drifting = _write_repeats(tmp_path, [0.4, 0.5, 0.7])
+    wide = _interval(article_table(load_records(tmp_path), drifting, "s").set_index("metric"))
+    assert wide[1] - wide[0] > 3 * (narrow[1] - narrow[0])
+    assert wide[0] < 1.6 and wide[1] > 1 / 0.5  # reaches toward the slow repeat (1.43x), covers the middle one (2.0x)
