@@ -145,7 +145,9 @@ def article_table(
             change = f"{ratio - 1:+.1%}" + (f" ({ci[0] - 1:+.1%} to {ci[1] - 1:+.1%})" if ci else "")
         rows.append({"metric": metric, base: round(a_value, 2), treat: round(b_value, 2), "change (95% CI)": change})
 
-    for level in sorted({levels[0], levels[-1]}):
+    # the article's two levels (one user, the most), and 8 where the run has it: where speculation's gain
+    # turns into verification cost on a small machine
+    for level in sorted({levels[0], levels[-1], *({8} & set(levels))}):
         a, b = (arms[arm][arms[arm]["level"] == level] for arm in (base, treat))
         measured = [per_repeat(part, arm, level, lambda g, wall: g["valid_tokens"].sum() / wall) for part, arm in ((a, base), (b, treat))]
         eff_a, eff_b = (
