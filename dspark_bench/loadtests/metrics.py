@@ -18,6 +18,8 @@ Definitions (vLLM ``bench serve`` where they overlap):
 - achieved concurrency: time-weighted mean number of requests in flight (send to last byte, warm-up
   requests included) over the level's steady span: from its first measured send to its last send
   (after that the last wave drains). A closed loop of N users that keeps its concurrency holds ~N.
+- connect P95: send -> connection ready (the client's share of TTFT; ~0 when connections are reused);
+  new-connection rate: the measured requests that had to connect.
 - a level is valid when its achieved concurrency is at least MIN_CONCURRENCY_SHARE of its users and
   the client was not saturated (harness CPU below CLIENT_SATURATED of one core, measured by the sweep);
   otherwise ``level_problems`` says why and the level must not be read as a measurement at that load.
@@ -69,6 +71,8 @@ class LevelMetrics:
     exact_match_rate: float | None
     stalled_stream_rate: float = 0.0
     achieved_concurrency: float | None = None
+    connect_p95_ms: float | None = None  # send -> connection ready: the client's side of TTFT
+    new_connection_rate: float | None = None  # requests that had to connect; a healthy closed loop reuses
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -179,4 +183,6 @@ def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
         exact_match_rate=float(np.mean(exact)) if exact else None,
         stalled_stream_rate=len(stalled) / len(streamed) if streamed else 0.0,
         achieved_concurrency=achieved_concurrency(records),
+        connect_p95_ms=percentile_ms([r.t_connected - r.t_send for r in measured if r.t_connected is not None], 95),
+        new_connection_rate=float(np.mean(fresh)) if (fresh := [r.new_connection for r in measured if r.new_connection is not None]) else None,
     )

@@ -39,6 +39,10 @@ class RequestRecord:
     detail: str = ""
     field_accuracy: float | None = None
     exact_match: bool | None = None
+    # Client-side steps, stamped apart so the client's own delays never pass for server latency:
+    t_connected: float | None = None  # the connection was ready (reused at once, or newly connected)
+    new_connection: bool | None = None  # this request had to connect (its connection was not reused)
+    t_headers: float | None = None  # the response's status line and headers arrived (first byte)
 
     @property
     def e2e_s(self) -> float | None:

@@ -66,7 +66,24 @@ class ChatCompletionsUser(User):
         # geventhttpclient (the client behind Locust's FastHttpUser) parses HTTP in C: at 64 streams on a
         # small machine a pure-Python client takes CPU from the server under test and reads chunks late.
         self.http = HTTPClient.from_url(URL(self.host), concurrency=1, network_timeout=plan.timeout_s, connection_timeout=10.0)
+        self._stamp_connections()
 
+    def _stamp_connections(self) -> None:
+        """Note when each request's connection was ready, and whether it was new: the pool's socket getter,
+        wrapped (geventhttpclient has no hook for it; without the pool attribute nothing is stamped)."""
+        pool = getattr(self.http, "_connection_pool", None)
+        self._connected: tuple[float, bool] | None = None
+        if pool is None or not hasattr(pool, "get_socket"):
+            return
+        get_socket = pool.get_socket
+
+        def stamped_get_socket():
+            reused = bool(getattr(pool, "_socket_queue", None) and pool._socket_queue.qsize())
+            sock = get_socket()
+            self._connected = (time.time(), not reused)
+            return sock
+
+        pool.get_socket = stamped_get_socket
     def on_stop(self) -> None:
         if hasattr(self, "http"):
             self.http.close()
@@ -87,7 +104,9 @@ class ChatCompletionsUser(User):
         plan: LevelPlan = self.plan
         level = plan.level or (self.environment.runner.user_count if self.environment.runner else 1)
         body = chat_body(sample, plan.mode, plan.model, plan.max_tokens, plan.temperature)
+        self._connected = None
         t_send = time.time()
+        t_headers = None
         status, error, timed_out = None, None, False
         result = None
         response = None
@@ -97,6 +116,7 @@ class ChatCompletionsUser(User):
                 body=json.dumps(body).encode(),
                 headers={"Content-Type": "application/json", **plan.headers},
             )
+            t_headers = time.time()
             status = response.status_code
             if status != 200:
                 error = f"HTTP {status}: {response.read().decode(errors='replace')[:300]}"
@@ -153,6 +173,9 @@ class ChatCompletionsUser(User):
             detail=validation.detail,
             field_accuracy=validation.field_accuracy,
             exact_match=validation.exact_match,
+            t_connected=self._connected[0] if self._connected else None,
+            new_connection=self._connected[1] if self._connected else None,
+            t_headers=t_headers,
         )
         plan.complete(record)
         self.environment.events.request.fire(
