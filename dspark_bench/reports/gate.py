@@ -46,6 +46,11 @@ class Check:
     measured: float
     limit: float
     passed: bool
+    detail: str = ""  # why it failed, when the numbers alone do not say
+
+    @property
+    def lower_bound(self) -> bool:
+        return self.check.startswith("speed") or self.check == "run complete"
 
 
 def load_thresholds(path: str | Path) -> Thresholds:
@@ -106,11 +111,16 @@ def _by_arm_level(results: dict[str, Any]):
 
 def _measured_cleanly(results: dict[str, Any], stats) -> list[Check]:
     """A gate reads only runs that finished and levels that held their load and streamed."""
-    checks = [Check("run complete", "all", None, float(bool(results.get("complete"))), 1.0, bool(results.get("complete")))]
+    complete = bool(results.get("complete"))
+    checks = [Check("run complete", "all", None, float(complete), 1.0, complete, "" if complete else str(results.get("error")))]
     for (arm, level), row in sorted(stats.items()):
-        clean = not row["problems"] and not row["incomplete"] and row["stalled"] <= MAX_STALLED
-        if not clean:
-            checks.append(Check("level measured cleanly", arm, level, row["stalled"], MAX_STALLED, False))
+        why = [row["problems"]] if row["problems"] else []
+        if row["incomplete"]:
+            why.append("the level did not finish")
+        if row["stalled"] > MAX_STALLED:
+            why.append(f"{row['stalled']:.0%} of streams arrived in one piece")
+        if why:
+            checks.append(Check("level measured cleanly", arm, level, row["stalled"], MAX_STALLED, False, "; ".join(why)))
     return checks
 
 
@@ -150,7 +160,8 @@ def format_checks(checks: list[Check]) -> str:
         level = "all" if c.level is None else str(c.level)
         lines.append(
             f"{'PASS' if c.passed else 'FAIL':6}  {c.check:32}  {c.arm:22}  {level:>5}  {c.measured:>10.3f}  "
-            f"{('>= ' if c.check.startswith('speed') else '<= ') + f'{c.limit:.3f}':>10}"
+            f"{('>= ' if c.lower_bound else '<= ') + f'{c.limit:.3f}':>10}"
+            + (f"  {c.detail}" if c.detail and not c.passed else "")
         )
     failed = sum(not c.passed for c in checks)
     lines.append(f"gate: {'FAILED' if failed else 'passed'} ({len(checks) - failed}/{len(checks)} checks passed)")
