@@ -9,6 +9,10 @@ their top-2 log-probabilities, so where an answer differs, the first differing t
 stock server tells a floating-point near-tie (two tokens almost equally likely; batched verification
 rounds differently) from a real fault (a drafting or grammar error would differ where the model
 was sure). Writes results.json and RESULTS.md.
+
+Two ways of asking (``--requests``): ``explicit``, the same ``response_format`` on both servers, and
+``default``, the patched server's request without one (JSON scenarios only), so the patch's default
+``--response-format json`` path is held to the same answers as stock vLLM asked for ``json_object``.
 """
 
 from __future__ import annotations
@@ -63,14 +67,20 @@ def first_difference(stock_tokens: list[bytes], patched: bytes) -> int | None:
     return None if offset == len(patched) else len(stock_tokens)
 
 
-def compare(stock: Endpoint, patched: Endpoint, scenario_name: str, prompts: int) -> tuple[int, list[Difference]]:
+REQUESTS = ("explicit", "default")
+
+
+def compare(
+    stock: Endpoint, patched: Endpoint, scenario_name: str, prompts: int, request: str = "explicit"
+) -> tuple[int, list[Difference]]:
     scenario = load_scenario(scenario_name)
     equal, differences = 0, []
     for sample in scenario.samples(Split.EVAL, prompts):
         response_format = sample.response_format(Mode.JSON_OBJECT if sample.is_json else Mode.TEXT)
         reference = ask(stock.base_url, stock.model, sample.messages, response_format=response_format, timeout_s=ANSWER_TIMEOUT_S,
                         logprobs=True, top_logprobs=2)["choices"][0]  # fmt: skip
-        answer = ask(patched.base_url, patched.model, sample.messages, response_format=response_format,
+        patched_format = None if request == "default" else response_format  # default: the patch picks json_object
+        answer = ask(patched.base_url, patched.model, sample.messages, response_format=patched_format,
                      timeout_s=ANSWER_TIMEOUT_S)["choices"][0]["message"]["content"] or ""  # fmt: skip
         steps = reference["logprobs"]["content"]
         if reference["finish_reason"] == "stop" and steps and not reference["message"]["content"].endswith(steps[-1]["token"]):
@@ -115,14 +125,17 @@ def render_markdown(results: dict) -> str:
         "(json_object for JSON scenarios, text for freeform_qa). A difference is a near-tie when the stock "
         f"server's top-2 log-prob gap at the first differing token is below {NEAR_TIE_NATS} nats.",
         "",
-        "| arm | scenario | prompts | equal | equal % | differences | near-ties | largest gap (nats) | mean acceptance length |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "Request `explicit`: that response_format on both; `default`: none on the patched server (its "
+        "--response-format json supplies json_object).",
+        "",
+        "| arm | scenario | request | prompts | equal | equal % | differences | near-ties | largest gap (nats) | mean acceptance length |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["rows"]:
         gaps = [d["gap_nats"] for d in row["differences"]]
         ties = sum(g < NEAR_TIE_NATS for g in gaps)
         lines.append(
-            f"| {row['arm']} | {row['scenario']} | {row['prompts']} | {row['equal']} | {100 * row['equal'] / row['prompts']:.1f} | "
+            f"| {row['arm']} | {row['scenario']} | {row.get('request', 'explicit')} | {row['prompts']} | {row['equal']} | {100 * row['equal'] / row['prompts']:.1f} | "
             f"{len(gaps)} | {ties} | {max(gaps) if gaps else '-'} | {_number(row.get('mean_acceptance_length'))} |"
         )
     lines += ["", "## Every difference", ""]
@@ -143,12 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=100, help="held-out prompts per scenario (default 100)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"DSpark arms to compare with stock vLLM ({', '.join(ARMS)})")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="scenarios (default: all four)")
+    parser.add_argument("--requests", default=",".join(REQUESTS), help="explicit (same response_format), default (none on the patched server)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/dspark/equality"), help="where results go")
     args = parser.parse_args(argv)
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
     if unknown or args.prompts < 1:
         parser.error(f"unknown arm(s) {unknown}; use {', '.join(ARMS)}" if unknown else "--prompts must be >= 1")
+    requests = [r for r in args.requests.split(",") if r]
+    if bad := [r for r in requests if r not in REQUESTS]:
+        parser.error(f"unknown request kind(s) {bad}; use {', '.join(REQUESTS)}")
     scenarios = [s for s in args.scenarios.split(",") if s]
     for name in scenarios:
         load_scenario(name)  # fails early on a typo, with the known names
@@ -163,16 +180,19 @@ def main(argv: list[str] | None = None) -> int:
         endpoints = {e.arm: e for e in deployer.start_many(specs)}
         for arm in arms:
             for scenario in scenarios:
-                before = scrape(endpoints[arm].base_url)
-                equal, differences = compare(endpoints["stock"], endpoints[arm], scenario, args.prompts)
-                # proof the drafts were there to get wrong: vLLM's mean acceptance length over these prompts
-                acceptance = delta(before, scrape(endpoints[arm].base_url)).get("mean_acceptance_length")
-                print(f"{arm:<18} {scenario:<18} {equal}/{args.prompts} equal, {len(differences)} differ, "
-                      f"mean acceptance length {acceptance or 0:.2f}", flush=True)  # fmt: skip
-                results["rows"].append({"arm": arm, "scenario": scenario, "prompts": args.prompts, "equal": equal,
-                                        "mean_acceptance_length": acceptance,
-                                        "differences": [asdict(d) for d in differences]})  # fmt: skip
-                (args.out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
+                for request in requests:
+                    if request == "default" and not load_scenario(scenario).is_json:
+                        continue  # free text has no default format to check
+                    before = scrape(endpoints[arm].base_url)
+                    equal, differences = compare(endpoints["stock"], endpoints[arm], scenario, args.prompts, request)
+                    # proof the drafts were there to get wrong: vLLM's mean acceptance length over these prompts
+                    acceptance = delta(before, scrape(endpoints[arm].base_url)).get("mean_acceptance_length")
+                    print(f"{arm:<18} {scenario:<18} {request:<8} {equal}/{args.prompts} equal, {len(differences)} differ, "
+                          f"mean acceptance length {acceptance or 0:.2f}", flush=True)  # fmt: skip
+                    results["rows"].append({"arm": arm, "scenario": scenario, "request": request, "prompts": args.prompts,
+                                            "equal": equal, "mean_acceptance_length": acceptance,
+                                            "differences": [asdict(d) for d in differences]})  # fmt: skip
+                    (args.out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
     finally:
         deployer.stop_all()
     (args.out / "RESULTS.md").write_text(render_markdown(results), encoding="utf-8")

@@ -23,6 +23,7 @@ DEFAULTED_TO_JSON = Counter(
     "dspark_default_json_requests", "Requests without response_format that --response-format json constrained to JSON"
 )
 ACTIVE = Gauge("dspark_info", "What DSpark turned on (value 1)", ["drafter", "speculative_length", "response_format"])
+SCHEMAS_REFUSED = Counter("dspark_schemas_refused", "Requests answered 400: their schema does not compile into a grammar")
 SCHEMAS_COMPILED = Gauge("dspark_schemas_compiled", "Schemas compiled into the grammar cache at start-up")
 # vLLM's own speculation counters, read back for /dspark/status (their Prometheus names, without _total)
 VLLM_SPEC_COUNTERS = {
@@ -54,12 +55,17 @@ def status() -> dict[str, Any]:
 
 
 def with_default_format(body: bytes) -> bytes:
-    """Add ``response_format: json_object`` to a request that has none; an explicit one wins."""
+    """Add ``response_format: json_object`` to a request that does not say how to answer.
+
+    Left as sent: a request that names ``response_format`` at all (``{"type": "text"}`` asks for free
+    text; an explicit ``null`` says "no format", as the OpenAI API reads it), one that carries other
+    structured-output fields, and one that carries ``tools`` (its answer may be a tool call, which vLLM's
+    tool parser reads from free text: forcing a JSON object would break it)."""
     try:
         request = json.loads(body)
     except ValueError:
         return body  # let vLLM report the malformed body
-    if not isinstance(request, dict) or request.get("response_format") is not None:
+    if not isinstance(request, dict) or "response_format" in request or "tools" in request:
         return body
     if "structured_outputs" in request or "guided_json" in request:
         return body
@@ -67,11 +73,68 @@ def with_default_format(body: bytes) -> bytes:
     return json.dumps(request).encode()
 
 
+def requested_schema(body: bytes) -> dict[str, Any] | None:
+    """The JSON Schema a chat request's ``response_format`` carries, if any."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    response_format = request.get("response_format") if isinstance(request, dict) else None
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    schema = (response_format.get("json_schema") or {}).get("schema")
+    return schema if isinstance(schema, dict) else None
+
+
+class SchemaCheck:
+    """Compiles each request's JSON Schema with the compiler vLLM uses (xgrammar, this model's vocabulary),
+    once per schema, before the request reaches the engine. A schema the compiler rejects (e.g. an
+    integer bound beyond 64 bits) would otherwise fail inside generation and reach the client as HTTP 500
+    "Internal server error"; here it is a 400 that names the problem. Schemas that compile are cached,
+    which makes --dspark-schema-compile apply to schemas first seen at run time too."""
+
+    def __init__(self, model_dir: str | None, cache_size: int = 1024) -> None:
+        self.model_dir = model_dir
+        self._compiler = None
+        self._errors: dict[str, str | None] = {}
+        self.cache_size = cache_size
+
+    def _compiler_for_model(self):
+        if self._compiler is None:
+            import xgrammar as xgr
+            from transformers import AutoConfig, AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+            vocab_size = AutoConfig.from_pretrained(self.model_dir).vocab_size
+            self._compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size))
+        return self._compiler
+
+    def problem(self, schema: dict[str, Any]) -> str | None:
+        """None when the schema compiles; else the compiler's message, on one line."""
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._errors:
+            if len(self._errors) >= self.cache_size:
+                self._errors.clear()
+            try:
+                self._compiler_for_model().compile_json_schema(key, any_whitespace=True)
+                self._errors[key] = None
+            except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError and ValueError alike
+                message = " ".join(str(exc).split())
+                self._errors[key] = message.split(": ", 1)[-1] if "Check failed" in message else message
+        return self._errors[key]
+
+
+def bad_request(message: str) -> bytes:
+    """An OpenAI-style error body, as vLLM answers a request it refuses."""
+    return json.dumps({"error": {"message": message, "type": "BadRequestError", "param": "response_format", "code": 400}}).encode()
+
+
 class DSparkMiddleware:
     def __init__(self, app) -> None:
         self.app = app
         self.facts = status()
         self.default_json = self.facts.get("response_format") == "json"
+        self.schema_check = SchemaCheck(self.facts.get("model")) if self.facts.get("enabled") else None
         if self.facts.get("enabled"):
             ACTIVE.labels(
                 str(self.facts.get("drafter")), str(self.facts.get("speculative_length")), str(self.facts.get("response_format"))
@@ -88,16 +151,25 @@ class DSparkMiddleware:
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": payload})
             return None
-        if self.default_json and path in CHAT_PATHS and scope.get("method") == "POST":
+        if (self.default_json or self.schema_check) and path in CHAT_PATHS and scope.get("method") == "POST":
             body = b""
             more = True
             while more:
                 message = await receive()
                 body += message.get("body", b"")
                 more = message.get("more_body", False)
-            original, body = body, with_default_format(body)
-            if body is not original:
-                DEFAULTED_TO_JSON.inc()
+            if self.default_json:
+                original, body = body, with_default_format(body)
+                if body is not original:
+                    DEFAULTED_TO_JSON.inc()
+            schema = requested_schema(body) if self.schema_check else None
+            if schema is not None and (problem := self.schema_check.problem(schema)) is not None:
+                SCHEMAS_REFUSED.inc()
+                payload = bad_request(f"the response_format schema cannot be compiled into a grammar: {problem}")
+                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+                await send({"type": "http.response.start", "status": 400, "headers": headers})
+                await send({"type": "http.response.body", "body": payload})
+                return None
             headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
             headers.append((b"content-length", str(len(body)).encode()))
             scope = {**scope, "headers": headers}

@@ -159,6 +159,26 @@ def select_drafter(model_dir: str | None, gpu: bool, choice: str = "auto", draft
     return Drafter("structure", f"{why}: JSON structure memory + prompt copy (dspark_bench.engine_patch.drafter), fewer drafts under load")
 
 
+def _is_speculative_config(arg: str) -> bool:
+    """Every spelling vLLM's parser takes: --speculative-config[=..], --speculative_config, the dotted
+    --speculative-config.method, and -sc."""
+    name = arg.split("=", 1)[0]
+    return name == "-sc" or name.replace("_", "-").split(".", 1)[0] == "--speculative-config"
+
+
+def precompile_target(argv: list[str], environ: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """Where the launcher's schema precompile reaches the server it started: the host it binds (loopback
+    when it binds every interface), its port, and its API key (--api-key, else VLLM_API_KEY)."""
+    host = _arg_value(argv, "--host") or "127.0.0.1"
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    port = _arg_value(argv, "--port") or "8000"
+    key = _arg_value(argv, "--api-key") or environ.get("VLLM_API_KEY")
+    return f"http://{host}:{port}", ({"Authorization": f"Bearer {key}"} if key else {})
+
+
 def _arg_value(argv: list[str], flag: str) -> str | None:
     for i, arg in enumerate(argv):
         if arg == flag and i + 1 < len(argv):
@@ -186,8 +206,8 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
         return vllm_argv, {"enabled": False}
     drafter = select_drafter(_arg_value(vllm_argv, "--model"), gpu, options.drafter, options.draft_model)
     argv = list(vllm_argv)
-    if "--speculative-config" in argv:
-        raise FlagError("--dspark-enabled chooses the speculative config itself; fix: drop --speculative-config")
+    if given := [a for a in argv if _is_speculative_config(a)]:
+        raise FlagError(f"--dspark-enabled chooses the speculative config itself; fix: drop {given[0].split('=', 1)[0]}")
     speculative = drafter.speculative_config(options.speculative_length)
     if speculative:
         argv += ["--speculative-config", json.dumps(speculative)]
@@ -206,6 +226,7 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
     schemas = sorted(options.schema_dir.glob("*.json")) if options.schema_dir and options.schema_compile else []
     facts = {
         "enabled": True,
+        "model": _arg_value(argv, "--model"),  # the middleware compiles request schemas with its tokenizer
         "drafter": drafter.method,
         "drafter_reason": drafter.reason,
         "draft_model": drafter.draft_model,
@@ -247,14 +268,14 @@ def engine_plugin_registered() -> bool:
     return any(ep.value.startswith("dspark_bench.engine_patch.engine_plugin") for ep in metadata.entry_points(group="vllm.general_plugins"))
 
 
-def _precompile(base_url: str, model: str, schemas: list[Path], state_file: Path) -> None:
+def _precompile(base_url: str, headers: dict[str, str], model: str, schemas: list[Path], state_file: Path) -> None:
     """Compile each schema into vLLM's grammar cache with a 1-token request once the server is up."""
     import httpx
 
     deadline = time.time() + 1800
     while time.time() < deadline:
         try:
-            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{base_url}/health", headers=headers, timeout=2).status_code == 200:
                 break
         except httpx.HTTPError:
             pass
@@ -269,7 +290,7 @@ def _precompile(base_url: str, model: str, schemas: list[Path], state_file: Path
                 "max_tokens": 1,
                 "response_format": {"type": "json_schema", "json_schema": {"name": path.stem, "schema": schema}},
             }
-            httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120).raise_for_status()
+            httpx.post(f"{base_url}/v1/chat/completions", json=body, headers=headers, timeout=120).raise_for_status()
             done += 1
         except (ValueError, httpx.HTTPError) as exc:
             failed.append(f"{path.name}: {exc}")
@@ -303,10 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[STATE_DIR_ENV] = state_dir
     if facts.get("schemas"):
         state = Path(os.environ[STATE_DIR_ENV]) / SCHEMA_STATE_FILE
-        port = _arg_value(final_argv, "--port") or "8000"
+        base_url, headers = precompile_target(final_argv, dict(os.environ))
         model = _arg_value(final_argv, "--served-model-name") or _arg_value(final_argv, "--model") or ""
         schemas = sorted(options.schema_dir.glob("*.json"))  # type: ignore[union-attr]
-        threading.Thread(target=_precompile, args=(f"http://127.0.0.1:{port}", model, schemas, state), daemon=True).start()
+        threading.Thread(target=_precompile, args=(base_url, headers, model, schemas, state), daemon=True).start()
     sys.argv = ["vllm-openai-server", *final_argv]
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
     return 0

@@ -126,3 +126,18 @@ def test_grammar_forced_and_speculation_counts(servers):
     metrics = scrape(dspark.base_url)
     assert metrics["dspark_grammar_forced_tokens"] == after["grammar_forced_tokens"]
     assert metrics["dspark_constrained_tokens"] == after["constrained_tokens"]
+
+
+def test_a_schema_the_grammar_compiler_rejects_is_a_clear_400(servers):
+    """Stock vLLM answers this schema with HTTP 500 from inside generation; DSpark refuses it up front."""
+    dspark = servers["dspark"]
+    sample = next(load_scenario("order_extraction").samples(Split.EVAL, 1))
+    huge = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 10**30}}, "required": ["n"]}
+    body = {"model": dspark.model, "messages": sample.messages, "max_tokens": 16,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "huge", "schema": huge}}}  # fmt: skip
+    response = httpx.post(f"{dspark.base_url}/v1/chat/completions", json=body, timeout=120)
+    assert response.status_code == 400, response.text
+    assert "Integer exceeds maximum limit" in response.json()["error"]["message"]
+    # a schema that compiles still goes through
+    body["response_format"]["json_schema"]["schema"] = sample.schema
+    assert httpx.post(f"{dspark.base_url}/v1/chat/completions", json=body, timeout=120).status_code == 200

@@ -10,6 +10,7 @@ from dspark_bench.engine_patch.serve import (
     build,
     load_aware_schedule,
     main,
+    precompile_target,
     require_supported_vllm,
     select_drafter,
     status_line,
@@ -144,3 +145,41 @@ def test_default_response_format_only_when_absent():
     explicit = b'{"messages": [], "response_format": {"type": "text"}}'
     assert with_default_format(explicit) == explicit
     assert with_default_format(b"not json") == b"not json"
+
+
+def test_default_format_leaves_tools_and_explicit_null_alone():
+    tools = b'{"messages": [], "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}'
+    assert with_default_format(tools) == tools
+    null = b'{"messages": [], "response_format": null}'
+    assert with_default_format(null) == null
+
+
+@pytest.mark.parametrize(
+    "spelling", ["--speculative-config={}", "--speculative_config", "--speculative-config.method=ngram", "-sc", "-sc={}"]
+)
+def test_every_spelling_of_speculative_config_is_refused(spelling):
+    options, vllm_argv = parse([*ARTICLE, spelling, *([] if "=" in spelling else ["{}"])])
+    with pytest.raises(FlagError, match="chooses the speculative config itself"):
+        build(options, vllm_argv, gpu=False)
+
+
+def test_precompile_reaches_the_server_where_it_listens_with_its_key():
+    url, headers = precompile_target(["--host", "10.1.2.3", "--port", "9000", "--api-key", "k"], {})
+    assert url == "http://10.1.2.3:9000" and headers == {"Authorization": "Bearer k"}
+    url, headers = precompile_target(["--host=0.0.0.0"], {"VLLM_API_KEY": "e"})
+    assert url == "http://127.0.0.1:8000" and headers == {"Authorization": "Bearer e"}
+    assert precompile_target([], {}) == ("http://127.0.0.1:8000", {})
+
+
+def test_schema_check_refuses_what_the_grammar_compiler_cannot_compile():
+    pytest.importorskip("xgrammar")
+    from pathlib import Path
+
+    from dspark_bench.engine_patch.middleware import SchemaCheck, requested_schema
+
+    check = SchemaCheck(str(Path(__file__).resolve().parents[2] / "models" / "tiny-json"))
+    huge = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 10**30}}}
+    assert "Integer exceeds maximum limit" in check.problem(huge)
+    assert check.problem({"type": "object", "properties": {"n": {"type": "integer", "maximum": 10}}}) is None
+    body = json.dumps({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": huge}}}).encode()
+    assert requested_schema(body) == huge and requested_schema(b'{"response_format": {"type": "json_object"}}') is None
