@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from datetime import datetime
 from pathlib import Path
 
-import gevent
 import locust  # noqa: F401  - early: gevent patches sockets before anything opens one
 
 from dspark_bench.loadtests.config import ConfigError, load_config
-from dspark_bench.loadtests.deploy.base import DeployError
+from dspark_bench.loadtests.deploy.base import DeployError, signals_to_main_greenlet
 from dspark_bench.loadtests.machine import machine_summary
 from dspark_bench.loadtests.records import records_path
 from dspark_bench.loadtests.results import load_results, results_from_records
@@ -148,10 +146,7 @@ def execute(config) -> tuple[int, Path]:
         raise ConfigError(f"run folder {run_dir} already holds a run; choose another --name")
     print(f"run folder: {run_dir}", flush=True)
     status = 0
-    # Ctrl-C the gevent way: the hub runs the handler and raises KeyboardInterrupt in this greenlet,
-    # wherever it waits, instead of inside the hub (which can leave Locust's greenlets unkillable).
-    main_greenlet = gevent.getcurrent()
-    gevent.signal_handler(signal.SIGINT, main_greenlet.throw, KeyboardInterrupt)
+    signals_to_main_greenlet()
     try:
         run_sweep(config, run_dir)
     except (RunAborted, DeployError) as exc:
@@ -161,6 +156,9 @@ def execute(config) -> tuple[int, Path]:
     except KeyboardInterrupt:
         print(f"\ninterrupted; partial results kept in {run_dir} (marked incomplete)", file=sys.stderr)
         status = 130
+    except SystemExit as exc:  # SIGTERM / SIGHUP: the servers are stopped, the results written
+        print(f"\nterminated; partial results kept in {run_dir} (marked incomplete)", file=sys.stderr)
+        status = exc.code if isinstance(exc.code, int) else 1
     _report(run_dir)
     return status, run_dir
 
@@ -171,6 +169,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k) for k in ("model", "scenarios", "mode", "api_key_env", "output_dir", "run_name")}
     overrides["urls"] = _urls(args.url)
     config = load_config(None if args.config is None else args.config, arms=args.arm, **overrides)
+    signals_to_main_greenlet()
     status, run_dir, arms = run_ui(config, args.arm, args.web_port, args.workers)
     results_from_records(run_dir, config, arms).write()
     _report(run_dir)

@@ -3,17 +3,20 @@
     locust -f dspark_bench/loadtests/locustfile.py --host http://127.0.0.1:8000 --scenario order_extraction \\
         --mode json_object --run-dir runs/ui
 
-Only Locust's hooks live here: our command-line options, the plan built from them at init, and the
-master/worker record forwarding. The user itself is ``loadtests.user``; the sweep drives it without
+Only Locust's hooks live here: our command-line options, where records go (the master alone writes the
+run folder; workers forward theirs), and a fresh plan at each swarm's start (the host may come from the
+web UI's form; without one the swarm stops with one line saying so). The user itself is ``loadtests.user``; the sweep drives it without
 this file.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from pathlib import Path
 
+import gevent
 import httpx
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
@@ -42,25 +45,51 @@ def _add_arguments(parser) -> None:
     group.add_argument("--api-key-env", default="", help="environment variable holding the server's API key (bearer)")
 
 
+SINKS: dict[int, RecordSink] = {}  # per Environment: where this process's records go
+
+
 @events.init.add_listener
-def _plan_from_cli(environment, **_kwargs) -> None:
+def _sink_from_cli(environment, **_kwargs) -> None:
     options = environment.parsed_options
     if options is None or not hasattr(options, "scenario"):
         return
-    scenario = load_scenario(options.scenario)
+    load_scenario(options.scenario)  # a wrong name fails at start-up, with the known ones
     runner = environment.runner
-    sink: RecordSink
     if isinstance(runner, WorkerRunner):
-        sink = ForwardingSink(runner)
-    else:
-        sink = RunFolderSink(Path(options.run_dir))
-        if isinstance(runner, MasterRunner):
-            runner.register_message(RECORD_MESSAGE, lambda msg, **_: sink.write(RequestRecord.from_dict(msg.data)))
-    # Asking the server for its model yields to gevent: a worker may be told to spawn users meanwhile,
-    # and they wait on the slot.
+        SINKS[id(environment)] = ForwardingSink(runner)
+        return
+    sink = RunFolderSink(Path(options.run_dir))
+    SINKS[id(environment)] = sink
+    if isinstance(runner, MasterRunner):
+
+        def receive(msg, **_kw) -> None:  # Locust passes the message as msg=
+            record = RequestRecord.from_dict(msg.data)
+            # a worker knows only its share of the users; the run's level is the master's count
+            record.level = getattr(runner, "target_user_count", None) or runner.user_count or record.level
+            sink.write(record)
+
+        runner.register_message(RECORD_MESSAGE, receive)
+
+
+@events.test_start.add_listener
+def _plan_from_cli(environment, **_kwargs) -> None:
+    """Each swarm gets a fresh plan; the host may have been typed into the web UI's form just now."""
+    options = environment.parsed_options
+    if options is None or not hasattr(options, "scenario") or isinstance(environment.runner, MasterRunner):
+        return  # the master sends no requests: its workers plan their own
+    if not environment.host:
+        message = "no host to send requests to: give --host http://HOST:PORT, or fill in Host in the web UI"
+        _fail_swarm(environment, message)
+        return
+    scenario = load_scenario(options.scenario)
     api_key = os.environ.get(options.api_key_env) if options.api_key_env else None
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    model = options.served_model or httpx.get(f"{environment.host}/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
+    try:
+        model = options.served_model or httpx.get(f"{environment.host}/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+        message = f"{environment.host}/v1/models did not name a model ({type(exc).__name__}: {exc}); check the host, or give --served-model"
+        _fail_swarm(environment, message)
+        return
     start, stop = scenario.splits[Split.EVAL]
     SLOT.set(
         LevelPlan(
@@ -69,10 +98,18 @@ def _plan_from_cli(environment, **_kwargs) -> None:
             mode=Mode(options.mode) if scenario.is_json else Mode.TEXT,
             model=model,
             samples=list(itertools.islice(scenario.samples(Split.EVAL, min(1000, stop - start)), 1000)),
-            sink=sink,
+            sink=SINKS[id(environment)],
             count=None,
             max_tokens=options.max_tokens,
             timeout_s=options.request_timeout,
             headers=headers,
         )
     )
+
+
+def _fail_swarm(environment, message: str) -> None:
+    """One line in the log (and the web UI's log tab), users that stop at once, a non-zero exit."""
+    logging.error(message)
+    environment.process_exit_code = 2
+    SLOT.fail(message)
+    gevent.spawn(environment.runner.quit if environment.parsed_options.headless else environment.runner.stop)

@@ -73,14 +73,20 @@ class PlanSlot:
 
     def __init__(self, plan: LevelPlan | None = None) -> None:
         self._plan = plan
+        self.failure: str | None = None  # why no plan will come (users stop without a traceback)
         self._ready = Event()
         if plan is not None:
             self._ready.set()
 
     def set(self, plan: LevelPlan) -> None:
-        self._plan = plan
+        self._plan, self.failure = plan, None
+        self._ready.set()
+
+    def fail(self, reason: str) -> None:
+        self._plan, self.failure = None, reason
         self._ready.set()
 
     def wait(self, timeout_s: float) -> LevelPlan | None:
+        """The plan; None when it failed or did not come in time."""
         self._ready.wait(timeout_s)
         return self._plan

@@ -220,6 +220,9 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
     except KeyboardInterrupt:
         results.error = "interrupted (Ctrl-C)"
         raise
+    except SystemExit as exc:  # SIGTERM or SIGHUP (deploy.base.ExitGuard)
+        results.error = f"terminated by a signal (exit {exc.code})"
+        raise
     finally:
         results.write()
         sink.close()

@@ -11,6 +11,7 @@ folder. Across machines, start workers yourself with
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from datetime import datetime
@@ -56,9 +57,24 @@ def run_ui(config: RunConfig, arm: str, web_port: int = 8089, workers: int = 0) 
         process = subprocess.Popen(command, env={**os.environ, API_KEY_ENV: endpoint.api_key or ""})
         try:
             status = process.wait()
-        except KeyboardInterrupt:
-            process.wait(timeout=30)  # Locust got the same Ctrl-C and stops its users
+        except (KeyboardInterrupt, SystemExit):
+            # Ctrl-C (Locust got it too) or SIGTERM here: the way to end a web-UI session. Locust stops its
+            # users and workers on SIGTERM; then the run is finished like any other.
+            _stop_locust(process)
             status = 0
     finally:
         deployer.stop_all()
     return status, run_dir, arms
+
+
+def _stop_locust(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if Locust has not let go within a minute: its web port must not stay bound."""
+    for sig, wait_s in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 10.0)):
+        if process.poll() is not None:
+            return
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

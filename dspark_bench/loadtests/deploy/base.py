@@ -70,18 +70,42 @@ class Deployer(Protocol):
 
 class ExitGuard:
     """Runs ``stop`` once however the process ends: normal exit (atexit), SIGTERM and SIGHUP (then exits
-    128 + signal), or an explicit call. Signal handlers can only be set from the main thread."""
+    128 + signal), or an explicit call. Signal handlers can only be set from the main thread.
+
+    Under gevent (the harness: Locust patches the standard library) the signals are left to
+    ``signals_to_main_greenlet``: a handler raising wherever the signal lands could raise inside gevent's
+    hub, which cannot unwind a run."""
 
     def __init__(self, stop: Callable[[], None]) -> None:
         self._stop = stop
         atexit.register(stop)
-        if threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread() and not _gevent_patched():
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, _frame) -> None:
         self._stop()
         raise SystemExit(128 + signum)
+
+
+def _gevent_patched() -> bool:
+    try:
+        from gevent import monkey
+    except ImportError:
+        return False
+    return monkey.is_module_patched("socket")
+
+
+def signals_to_main_greenlet() -> None:
+    """Under gevent: Ctrl-C raises KeyboardInterrupt, SIGTERM and SIGHUP raise SystemExit(128 + signal), in
+    the calling (main) greenlet wherever it waits, so its ``finally`` blocks stop the arms and write what
+    was measured."""
+    import gevent
+
+    main = gevent.getcurrent()
+    gevent.signal_handler(signal.SIGINT, main.throw, KeyboardInterrupt)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        gevent.signal_handler(sig, main.throw, SystemExit(128 + sig))
 
 
 def log_tail(text_or_path: str | Path | None, lines: int = 15) -> str:
