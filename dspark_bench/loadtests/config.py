@@ -188,6 +188,14 @@ def validate_config(config: RunConfig) -> RunConfig:
         _fail("levels", f"{list(config.levels)!r} are not whole numbers", "write e.g. 1,2,4,8")
     if not levels or min(levels) < 1:
         _fail("levels", "concurrency levels must be >= 1", "write e.g. 1,2,4,8")
+    if isinstance(config.requests_per_level, int) and isinstance(config.warmup_requests, int):
+        if (short := [level for level in levels if config.requests_per_level < level]):
+            _fail(
+                "requests_per_level",
+                f"{config.requests_per_level} measured requests cannot keep {max(short)} users busy (a level with fewer "
+                "requests than users never runs at its concurrency)",
+                f"raise requests_per_level to at least {max(short)}, or drop levels {short}",
+            )
     for name, value, low in (
         ("requests_per_level", config.requests_per_level, 1),
         ("warmup_requests", config.warmup_requests, 0),

@@ -15,9 +15,9 @@ def test_defaults_follow_the_article():
 
 def test_yaml_then_flags(tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("levels: [1, 8]\nrequests_per_level: 5\nmode: json_schema\n", encoding="utf-8")
-    config = load_config(path, requests_per_level=7, arms="baseline,baseline-constrained")
-    assert config.levels == (1, 8) and config.requests_per_level == 7 and config.mode is Mode.JSON_SCHEMA
+    path.write_text("levels: [1, 8]\nrequests_per_level: 5\nmode: json_schema\n", encoding="utf-8")  # 5 < 8: the flag fixes it
+    config = load_config(path, requests_per_level=9, arms="baseline,baseline-constrained")
+    assert config.levels == (1, 8) and config.requests_per_level == 9 and config.mode is Mode.JSON_SCHEMA
     assert config.arms == ("baseline", "baseline-constrained")
 
 
