@@ -103,7 +103,7 @@ class ChatCompletionsUser(User):
         """One request: send, stream, validate, record, report to Locust."""
         plan: LevelPlan = self.plan
         level = plan.level or (self.environment.runner.user_count if self.environment.runner else 1)
-        body = chat_body(sample, plan.mode, plan.model, plan.max_tokens, plan.temperature)
+        body = chat_body(sample, plan.mode, plan.model, sample.max_tokens or plan.max_tokens, plan.temperature)
         self._connected = None
         t_send = time.time()
         t_headers = None
@@ -176,6 +176,7 @@ class ChatCompletionsUser(User):
             t_connected=self._connected[0] if self._connected else None,
             new_connection=self._connected[1] if self._connected else None,
             t_headers=t_headers,
+            tags=list(sample.tags) or None,
         )
         plan.complete(record)
         self.environment.events.request.fire(

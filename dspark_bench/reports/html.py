@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from dspark_bench.loadtests.machine import machine_summary  # noqa: E402
 from dspark_bench.loadtests.results import levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, interval_note, load_records, repeat_count  # noqa: E402
-from dspark_bench.reports.tables import SPEEDUP_COLUMN, summary_frame  # noqa: E402
+from dspark_bench.reports.tables import SPEEDUP_COLUMN, summary_frame, tag_frame  # noqa: E402
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#222;max-width:1200px}
@@ -122,7 +122,8 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
         f"<h2>Arms</h2><ul>{arms}</ul>",
     ]
     records = load_records(out_path.parent)
-    for scenario in config.get("scenarios", []):
+    # scenario names as the levels record them (a dataset's name is its file's stem, not the path given)
+    for scenario in sorted({level["scenario"] for level in results.get("levels", [])}):
         for base in ("baseline", "baseline-constrained"):
             table = article_table(records, results, scenario, base=base, treat="dspark")
             if not table.empty:
@@ -146,6 +147,13 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
             _plot(detail, "server:mean_acceptance_length", "speculative mean acceptance length"),
             _invalid_stacked(detail),
         ]
+        tags = tag_frame(records)
+        if not tags.empty:
+            parts += [
+                "<h2>By tag (dataset labels)</h2><div class='wide'>",
+                tags.to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-"),
+                "</div>",
+            ]
         parts += _invalid_samples(records)
         parts += [
             "<h2>Every level</h2><div class='wide'>",

@@ -58,3 +58,24 @@ def format_summary(summary: pd.DataFrame) -> str:
         if column in shown:
             shown[column] = shown[column].map(lambda v: f"{v:.2%}")
     return shown.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")
+
+
+def tag_frame(records: pd.DataFrame) -> pd.DataFrame:
+    """Per (tag, arm) of a dataset run's measured records: requests, valid share, field accuracy, latency.
+    A request with several tags counts under each; empty when no record has tags."""
+    if records.empty or "tags" not in records or records["tags"].isna().all():
+        return pd.DataFrame()
+    tagged = records.dropna(subset=["tags"]).explode("tags").rename(columns={"tags": "tag"})
+    if tagged.empty:
+        return pd.DataFrame()
+    grouped = tagged.groupby(["tag", "arm"], sort=True)
+    return pd.DataFrame(
+        {
+            "requests": grouped.size(),
+            "valid": grouped["verdict"].apply(lambda v: (v == "valid").mean()),
+            "field accuracy": grouped["field_accuracy"].mean(),
+            "P50 ms": grouped["latency_s"].median() * 1000,
+            "P95 ms": grouped["latency_s"].quantile(0.95) * 1000,
+            "output tokens": grouped["output_tokens"].mean(),
+        }
+    ).reset_index()

@@ -1,4 +1,5 @@
-"""Benchmark scenarios: declarative files plus seeded generators giving messages, schema and ground truth.
+"""Benchmark scenarios: declarative files plus seeded generators giving messages, schema and ground truth,
+or a user's own requests from a dataset file (``scenarios.dataset``).
 
 >>> from dspark_bench.scenarios import load_scenario
 >>> sample = load_scenario("order_extraction").sample(1_000_000)

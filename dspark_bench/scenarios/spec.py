@@ -63,6 +63,10 @@ class Sample:
     schema: dict[str, Any] | None
     answer: Any
     is_json: bool
+    # From a dataset line (scenarios.dataset): what that request asks for itself.
+    explicit_format: dict[str, Any] | None = None  # sent as is by arms that constrain the output
+    max_tokens: int | None = None  # this request's own limit (else the run's)
+    tags: tuple[str, ...] = ()  # groups for the report
 
     @property
     def request_id(self) -> str:
@@ -77,10 +81,14 @@ class Sample:
     def response_format(self, mode: Mode | str) -> dict[str, Any] | None:
         """The OpenAI ``response_format`` field for ``mode`` (None: leave the field out)."""
         mode = Mode(mode)
-        if mode is Mode.TEXT:
+        if mode is Mode.PROMPT:
+            return None
+        if self.explicit_format is not None:
+            return self.explicit_format
+        if mode is Mode.TEXT or not self.is_json:
             # Explicit, as OpenAI allows: a server that defaults to JSON must leave plain text alone.
             return {"type": "text"}
-        if mode is Mode.JSON_OBJECT:
+        if mode is Mode.JSON_OBJECT or self.schema is None:
             return {"type": "json_object"}
         if mode is Mode.JSON_SCHEMA:
             return {
@@ -140,12 +148,19 @@ def load_all() -> list[Scenario]:
 
 def load_scenario(name_or_path: str | Path) -> Scenario:
     """Load a built-in scenario by name, or any scenario file by path; raises ScenarioError."""
+    from dspark_bench.scenarios.dataset import is_dataset_path, load_dataset
+
     path = Path(name_or_path)
+    if is_dataset_path(path):
+        return load_dataset(path)
     if path.suffix not in (".yaml", ".yml"):
         path = DEFS_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             raise ScenarioError(
-                name_or_path, "name", "no such scenario", f"use one of {', '.join(builtin_names())} or a .yaml path"
+                name_or_path,
+                "name",
+                "no such scenario",
+                f"use one of {', '.join(builtin_names())}, a scenario .yaml, or a dataset (.jsonl, .json, .csv)",
             )
     try:
         raw = read_yaml_mapping(path)
@@ -153,6 +168,10 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         raise ScenarioError(path, "(file)", exc.problem, exc.fix) from None
     if not raw:
         raise ScenarioError(path, "(file)", "the file is empty", "write 'name: ...', 'generator: ...' keys")
+    if "dataset" in raw:  # a scenario YAML that names a data file: {dataset: PATH, name, description}
+        if unknown := sorted(set(raw) - {"dataset", "name", "description"}):
+            raise ScenarioError(path, unknown[0], "not a key of a dataset scenario", "keep dataset, name, description")
+        return load_dataset((path.parent / str(raw["dataset"])).resolve(), raw.get("name"), raw.get("description"))
     return _parse(path, raw)
 
 

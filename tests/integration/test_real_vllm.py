@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -194,3 +195,20 @@ def test_web_ui_shows_the_json_tab(vllm_server, tmp_path):
         process.communicate(timeout=60)
     assert rows and rows[0]["requests"] >= 3 and rows[0]["valid"] >= 1 and rows[0]["effective_tok_s"] > 0
     assert "json-stats" in page  # the tab is declared in the page's template arguments
+
+
+def test_a_users_dataset_runs_end_to_end_on_a_server_given_by_url(vllm_server, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "dspark_bench", "bench", "--scenario", "examples/requests.jsonl",
+         "--url", f"baseline-constrained={vllm_server.base_url}", "--arms", "baseline-constrained", "--mode", "json_schema",
+         "--levels", "2", "--requests", "8", "--warmup", "0", "--out", str(tmp_path), "--name", "dataset"],  # fmt: skip
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = tmp_path / "dataset"
+    records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and all(r["scenario"] == "requests" and r["tags"] for r in records)
+    assert all(r["verdict"] in ("valid", "schema_violation") for r in records)  # constrained: it parses, every time
+    assert all((r["output_tokens"] or 0) <= 128 for r in records)  # each line's own max_tokens
+    page = (run / "report.html").read_text()
+    assert "By tag" in page and "invoice" in page
