@@ -26,6 +26,22 @@ from dspark_bench.reports.html import render_comparison
 from dspark_bench.reports.tables import format_summary, summary_frame
 
 
+def _slo(text: str | None) -> dict[str, float] | None:
+    """--slo ttft_ms=500,tpot_ms=50,e2e_ms=2000 (any of them)."""
+    if text is None:
+        return None
+    slo = {}
+    for pair in text.split(","):
+        key, sep, value = pair.strip().partition("=")
+        try:
+            slo[key] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ConfigError(f"--slo {text!r}: write NAME=MILLISECONDS pairs, e.g. ttft_ms=500,e2e_ms=2000")
+    return slo
+
+
 def _urls(pairs: list[str] | None) -> dict[str, str] | None:
     if not pairs:
         return None
@@ -73,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--request-timeout", dest="request_timeout_s", type=float, help="seconds per request")
     bench.add_argument("--startup-timeout", dest="startup_timeout_s", type=float, help="seconds for a server to be ready")
     bench.add_argument("--level-timeout", dest="level_timeout_s", type=float, help="seconds per level and arm")
+    bench.add_argument(
+        "--slo",
+        metavar="ttft_ms=..,tpot_ms=..,e2e_ms=..",
+        help="service-level objectives: goodput counts valid answers within all of them (any subset)",
+    )
     bench.add_argument("--url", action="append", metavar="ARM=URL", help="use a running server for ARM (repeatable)")
     bench.add_argument("--api-key-env", help="environment variable holding the API key for --url servers")
     bench.add_argument("--out", dest="output_dir", help="parent folder of run folders (default runs/)")
@@ -136,6 +157,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     overrides["levels"] = _int_list(args.levels)
     overrides["urls"] = _urls(args.url)
+    overrides["slo"] = _slo(args.slo)
     return execute(load_config(args.config, **overrides))[0]
 
 

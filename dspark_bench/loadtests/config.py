@@ -9,6 +9,7 @@ from typing import Any
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import BUILTIN_ARMS, Arm
 from dspark_bench.loadtests.deploy.gpustack_spec import GPUStackSpecError, parse_settings
+from dspark_bench.loadtests.metrics import SLO_KEYS
 from dspark_bench.loadtests.openai_api import MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE
 from dspark_bench.scenarios import Mode, ScenarioError, builtin_names, load_scenario
 
@@ -43,6 +44,7 @@ class RunConfig:
     served_model_name: str | None = None
     server_args: tuple[str, ...] = ("--dtype", "bfloat16", "--max-model-len", "1024")  # given to every local arm
     custom_arms: tuple[Arm, ...] = ()
+    slo: dict[str, float] = field(default_factory=dict)  # ttft_ms / tpot_ms / e2e_ms: goodput counts requests within all
     gpustack: dict[str, Any] | None = None  # deploy the arms on a GPUStack cluster (loadtests/gpustack_spec.py)
 
     def arm(self, name: str) -> Arm:
@@ -74,6 +76,7 @@ _SHAPES: dict[str, type | tuple[type, ...]] = {
     "served_model_name": str,
     "gpustack": dict,
     "mode": str,
+    "slo": dict,
 }
 _EXAMPLES = {
     "model": "models/tiny-json",
@@ -92,6 +95,7 @@ _EXAMPLES = {
     "served_model_name": "tiny-json",
     "gpustack": "{url: http://host, model_path: /models/m}",
     "mode": "json_object",
+    "slo": "{ttft_ms: 500, e2e_ms: 2000}",
     "scenarios": "order_extraction, tool_call",
     "arms": "baseline, dspark",
     "levels": "1, 8, 64",
@@ -211,6 +215,11 @@ def validate_config(config: RunConfig) -> RunConfig:
     ):
         if value <= 0:
             _fail(name, f"{value!r} seconds is not a positive time", f"write e.g. {name}: {_EXAMPLES[name]}")
+    for key, limit in config.slo.items():
+        if key not in SLO_KEYS:
+            _fail(f"slo.{key}", "unknown objective", f"use {', '.join(SLO_KEYS)}")
+        if not isinstance(limit, int | float) or isinstance(limit, bool) or limit <= 0:
+            _fail(f"slo.{key}", f"{limit!r} is not a positive number of milliseconds", f"write e.g. slo: {_EXAMPLES['slo']}")
     if config.temperature < 0:
         _fail("temperature", f"{config.temperature!r} is negative", "write a temperature >= 0 (0: greedy, as the article)")
     for arm, url in config.urls.items():

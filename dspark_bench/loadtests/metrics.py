@@ -20,6 +20,12 @@ Definitions (vLLM ``bench serve`` where they overlap):
   (after that the last wave drains). A closed loop of N users that keeps its concurrency holds ~N.
 - connect P95: send -> connection ready (the client's share of TTFT; ~0 when connections are reused);
   new-connection rate: the measured requests that had to connect.
+- ITL (inter-token latency, as ``vllm bench serve`` defines it): the gaps between successive chunks of
+  content of each completed answer, pooled; a speculative chunk carrying several tokens is one gap.
+  Mean, P50, P95, P99.
+- goodput, with SLOs (``slo``: ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, each optional): a request is good
+  when it is ``valid`` and meets every SLO given; good requests / wall time, and their output tokens /
+  wall time. Without SLOs every valid request is good (goodput = the valid request rate).
 - a level is valid when its achieved concurrency is at least MIN_CONCURRENCY_SHARE of its users and
   the client was not saturated (harness CPU below CLIENT_SATURATED of one core, measured by the sweep);
   otherwise ``level_problems`` says why and the level must not be read as a measurement at that load.
@@ -28,7 +34,7 @@ Definitions (vLLM ``bench serve`` where they overlap):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -71,6 +77,13 @@ class LevelMetrics:
     exact_match_rate: float | None
     stalled_stream_rate: float = 0.0
     achieved_concurrency: float | None = None
+    itl_mean_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p95_ms: float | None = None
+    itl_p99_ms: float | None = None
+    good_requests: int = 0
+    goodput_req_s: float = 0.0
+    good_tok_s: float = 0.0
     connect_p95_ms: float | None = None  # send -> connection ready: the client's side of TTFT
     new_connection_rate: float | None = None  # requests that had to connect; a healthy closed loop reuses
 
@@ -132,7 +145,20 @@ def level_problems(level: int, achieved: float | None, client_cpu_share: float |
     return problems
 
 
-def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def meets_slo(record: RequestRecord, slo: Mapping[str, float]) -> bool:
+    """Valid, and within every service-level objective given (a missing timing cannot meet its SLO)."""
+    if record.verdict != Verdict.VALID.value:
+        return False
+    ttft, e2e = record.ttft_s, record.e2e_s
+    tpot = (e2e - ttft) / (record.output_tokens - 1) if e2e is not None and ttft is not None and (record.output_tokens or 0) > 1 else 0.0
+    measured = {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e}
+    return all(measured[key] is not None and measured[key] * 1000.0 <= limit for key, limit in slo.items())
+
+
+def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | None = None) -> LevelMetrics:
     measured = [r for r in records if not r.warmup]
     n = len(measured)
     wall = wall_time_s(measured)
@@ -150,6 +176,8 @@ def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
     ]
     streamed = [r for r in completed if r.e2e_s and r.ttft_s is not None and (r.output_tokens or 0) > STALL_MIN_TOKENS]
     stalled = [r for r in streamed if r.ttft_s >= STALL_SHARE * r.e2e_s]
+    itl = [gap for r in completed for gap in (r.itl_ms or ())]
+    good = [r for r in measured if meets_slo(r, slo or {})]
     accuracies = [r.field_accuracy for r in valid if r.field_accuracy is not None]
     exact = [r.exact_match for r in valid if r.exact_match is not None]
 
@@ -183,6 +211,13 @@ def level_metrics(records: Sequence[RequestRecord]) -> LevelMetrics:
         exact_match_rate=float(np.mean(exact)) if exact else None,
         stalled_stream_rate=len(stalled) / len(streamed) if streamed else 0.0,
         achieved_concurrency=achieved_concurrency(records),
+        itl_mean_ms=float(np.mean(itl)) if itl else None,
+        itl_p50_ms=float(np.percentile(itl, 50)) if itl else None,
+        itl_p95_ms=float(np.percentile(itl, 95)) if itl else None,
+        itl_p99_ms=float(np.percentile(itl, 99)) if itl else None,
+        good_requests=len(good),
+        goodput_req_s=per_second(len(good), wall),
+        good_tok_s=per_second(sum(r.output_tokens or 0 for r in good), wall),
         connect_p95_ms=percentile_ms([r.t_connected - r.t_send for r in measured if r.t_connected is not None], 95),
         new_connection_rate=float(np.mean(fresh)) if (fresh := [r.new_connection for r in measured if r.new_connection is not None]) else None,
     )

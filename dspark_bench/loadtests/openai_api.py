@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -49,6 +49,7 @@ class StreamResult:
     output_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk that carried content
 
 
 def consume_sse(lines: Iterable[str | bytes], now: Callable[[], float]) -> StreamResult:
@@ -78,6 +79,8 @@ def consume_sse(lines: Iterable[str | bytes], now: Callable[[], float]) -> Strea
             if content:
                 if result.t_first_token is None:
                     result.t_first_token = result.t_last_byte
+                if not result.chunk_times or result.chunk_times[-1] != result.t_last_byte:
+                    result.chunk_times.append(result.t_last_byte)  # one event may carry several choices
                 parts.append(content)
             if choice.get("finish_reason"):
                 result.finish_reason = choice["finish_reason"]

@@ -43,6 +43,9 @@ class RequestRecord:
     t_connected: float | None = None  # the connection was ready (reused at once, or newly connected)
     new_connection: bool | None = None  # this request had to connect (its connection was not reused)
     t_headers: float | None = None  # the response's status line and headers arrived (first byte)
+    # gaps between successive content chunks, ms (vLLM bench serve's ITL: a speculative chunk of several
+    # tokens is one gap, as it arrives)
+    itl_ms: list[float] | None = None
     tags: list[str] | None = None  # the dataset line's labels (scenarios.dataset), for the report's groups
 
     @property

@@ -104,7 +104,7 @@ def results_from_records(run_dir: Path, config: RunConfig, arms: dict[str, dict[
         source="Locust web UI run (levels are the user counts each answer was recorded at)",
     )
     results.levels = [
-        LevelResult(arm, scenario, mode, level, 0, level_metrics(rows).as_dict())
+        LevelResult(arm, scenario, mode, level, 0, level_metrics(rows, config.slo).as_dict())
         for (arm, scenario, mode, level), rows in sorted(groups.items())
     ]
     return results

@@ -102,7 +102,7 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
             plan.mode.value,
             plan.level,
             plan.repeat,
-            level_metrics(plan.records).as_dict(),
+            level_metrics(plan.records, config.slo).as_dict(),
             delta(before, scrape(endpoint.base_url, endpoint.headers())),
         )
         metrics = result.metrics

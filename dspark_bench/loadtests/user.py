@@ -177,6 +177,7 @@ class ChatCompletionsUser(User):
             new_connection=self._connected[1] if self._connected else None,
             t_headers=t_headers,
             tags=list(sample.tags) or None,
+            itl_ms=[round((b - a) * 1000, 2) for a, b in zip(result.chunk_times, result.chunk_times[1:], strict=False)] if result else None,
         )
         plan.complete(record)
         self.environment.events.request.fire(

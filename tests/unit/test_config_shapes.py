@@ -39,6 +39,9 @@ MALFORMED = [
     ("model: 42", "model"),
     ("output_dir: [runs]", "output_dir"),
     ("nonsense_key: 1", "nonsense_key"),
+    ("slo: 5", "slo"),
+    ("slo: {ttfb_ms: 5}", "slo.ttfb_ms"),
+    ("slo: {e2e_ms: -1}", "slo.e2e_ms"),
     ("- a list at the top", "top level"),
     ("levels: [1, 2", "YAML"),
 ]

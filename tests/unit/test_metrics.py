@@ -103,3 +103,31 @@ def test_metrics_that_are_not_prometheus_text_are_left_out(capsys):
         httpx.get = real_get  # type: ignore[assignment]
     printed = capsys.readouterr().out
     assert printed.count("http://gw.example/metrics is not Prometheus text") == 1  # said once per server
+
+
+def test_goodput_counts_valid_answers_within_every_slo_and_itl_pools_chunk_gaps():
+    fast = rec(0.0, 0.1, 1.0, 10)  # TTFT 100 ms, TPOT 100 ms, E2E 1000 ms
+    slow_start = rec(0.0, 0.6, 2.0, 21)  # TTFT 600 ms
+    invalid = rec(1.0, 0.1, 3.0, 30, verdict="schema_violation")  # ends at 4.0: wall 4 s
+    fast.itl_ms, slow_start.itl_ms = [10.0, 30.0], [20.0]
+    records = [fast, slow_start, invalid]
+    assert level_metrics(records).good_requests == 2  # no SLO: every valid answer is good
+    m = level_metrics(records, {"ttft_ms": 500, "e2e_ms": 1500})
+    assert m.good_requests == 1 and m.goodput_req_s == pytest.approx(1 / 4.0) and m.good_tok_s == pytest.approx(10 / 4.0)
+    assert level_metrics(records, {"tpot_ms": 95}).good_requests == 1  # 100 ms > 95; 1.4 s / 20 = 70 ms passes
+    assert m.itl_mean_ms == pytest.approx(20.0) and m.itl_p50_ms == pytest.approx(20.0)
+
+
+def test_chunk_times_give_one_gap_per_chunk():
+    from dspark_bench.loadtests.openai_api import consume_sse
+
+    clock = iter([1.0, 1.010, 1.030, 1.031, 1.032])
+    lines = [
+        'data: {"choices": [{"delta": {"content": "{\\"a\\""}}]}',
+        'data: {"choices": [{"delta": {"content": ": 1, \\"b\\": 2"}}]}',  # a speculative chunk of several tokens
+        'data: {"choices": [{"delta": {"content": "}"}, "finish_reason": "stop"}]}',
+        'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}',
+        "data: [DONE]",
+    ]
+    result = consume_sse(lines, lambda: next(clock))
+    assert result.chunk_times == [1.0, 1.010, 1.030]
