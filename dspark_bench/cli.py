@@ -26,6 +26,15 @@ from dspark_bench.reports.html import render_comparison
 from dspark_bench.reports.tables import format_summary, summary_frame
 
 
+def _float_list(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--rates {text!r}: write comma-separated requests per second, e.g. 1,2,4,8") from None
+
+
 def _slo(text: str | None) -> dict[str, float] | None:
     """--slo ttft_ms=500,tpot_ms=50,e2e_ms=2000 (any of them)."""
     if text is None:
@@ -81,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--mode", help="prompt | json_object | json_schema, for arms that do not force one")
     bench.add_argument("--arms", help="comma-separated arms (baseline, baseline-constrained, dspark, or custom)")
     bench.add_argument("--levels", help="comma-separated concurrency levels, e.g. 1,2,4,8,16,32,64")
+    bench.add_argument("--rate", type=float, help="open loop: send this many requests per second (instead of --levels)")
+    bench.add_argument("--rates", help="open loop: sweep these rates, e.g. 1,2,4,8 (requests per second)")
+    bench.add_argument("--arrival", choices=["poisson", "constant"], help="open loop: arrival process (default poisson)")
+    bench.add_argument("--max-concurrency", type=int, help="open loop: cap on requests in flight (default 256)")
     bench.add_argument("--requests", dest="requests_per_level", type=int, help="measured requests per level (article: 200)")
     bench.add_argument("--warmup", dest="warmup_requests", type=int, help="warm-up requests per level, excluded")
     bench.add_argument("--repeats", type=int, help="run each level this many times per arm")
@@ -158,6 +171,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     overrides["levels"] = _int_list(args.levels)
     overrides["urls"] = _urls(args.url)
     overrides["slo"] = _slo(args.slo)
+    overrides["rates"] = [args.rate] if args.rate is not None else _float_list(args.rates)
+    overrides["arrival"], overrides["max_concurrency"] = args.arrival, args.max_concurrency
     return execute(load_config(args.config, **overrides))[0]
 
 

@@ -28,7 +28,10 @@ class RunConfig:
     scenarios: tuple[str, ...] = ("order_extraction",)
     mode: Mode = Mode.JSON_OBJECT  # for arms that do not force one (the article's DSpark arm: json_object)
     arms: tuple[str, ...] = ("baseline", "baseline-constrained", "dspark")
-    levels: tuple[int, ...] = DEFAULT_LEVELS
+    levels: tuple[int, ...] = DEFAULT_LEVELS  # closed loop: users per level
+    rates: tuple[float, ...] = ()  # open loop instead: requests per second per level (levels then unused)
+    arrival: str = "poisson"  # open loop: poisson or constant gaps
+    max_concurrency: int = 256  # open loop: users sending the due requests, the cap on requests in flight
     requests_per_level: int = 200
     warmup_requests: int = 2
     repeats: int = 1
@@ -57,7 +60,7 @@ class RunConfig:
         return arm.mode or self.mode
 
 
-_LIST_FIELDS = {"scenarios", "arms", "levels", "server_args"}
+_LIST_FIELDS = {"scenarios", "arms", "levels", "rates", "server_args"}
 # The type each scalar or mapping setting must have in a YAML file (flags arrive already typed).
 _SHAPES: dict[str, type | tuple[type, ...]] = {
     "model": str,
@@ -77,6 +80,8 @@ _SHAPES: dict[str, type | tuple[type, ...]] = {
     "gpustack": dict,
     "mode": str,
     "slo": dict,
+    "arrival": str,
+    "max_concurrency": int,
 }
 _EXAMPLES = {
     "model": "models/tiny-json",
@@ -99,6 +104,9 @@ _EXAMPLES = {
     "scenarios": "order_extraction, tool_call",
     "arms": "baseline, dspark",
     "levels": "1, 8, 64",
+    "rates": "1, 2, 4, 8",
+    "arrival": "poisson",
+    "max_concurrency": "256",
     "server_args": "--dtype, bfloat16",
 }
 
@@ -143,7 +151,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
     for key in _LIST_FIELDS & set(values):
         if isinstance(values[key], str):
             values[key] = [v.strip() for v in values[key].split(",") if v.strip()]
-        elif isinstance(values[key], int | float) and not isinstance(values[key], bool) and key == "levels":
+        elif isinstance(values[key], int | float) and not isinstance(values[key], bool) and key in ("levels", "rates"):
             values[key] = [values[key]]  # "levels: 8" means one level
         if not isinstance(values[key], list | tuple):
             _fail(key, f"{values[key]!r} is not a list", f"write a list, e.g. {key}: [{_EXAMPLES[key]}]")
@@ -192,7 +200,14 @@ def validate_config(config: RunConfig) -> RunConfig:
         _fail("levels", f"{list(config.levels)!r} are not whole numbers", "write e.g. 1,2,4,8")
     if not levels or min(levels) < 1:
         _fail("levels", "concurrency levels must be >= 1", "write e.g. 1,2,4,8")
-    if isinstance(config.requests_per_level, int) and isinstance(config.warmup_requests, int):
+    rates = tuple(config.rates)
+    if any(isinstance(r, bool) or not isinstance(r, int | float) or r <= 0 for r in rates):
+        _fail("rates", f"{list(rates)!r} are not positive requests per second", "write e.g. rates: [0.5, 1, 2, 4]")
+    if config.arrival not in ("poisson", "constant"):
+        _fail("arrival", f"unknown arrival process {config.arrival!r}", "use poisson (default) or constant")
+    if not isinstance(config.max_concurrency, int) or config.max_concurrency < 1:
+        _fail("max_concurrency", f"{config.max_concurrency!r} is not an integer >= 1", "write e.g. max_concurrency: 256")
+    if not rates and isinstance(config.requests_per_level, int) and isinstance(config.warmup_requests, int):
         if (short := [level for level in levels if config.requests_per_level < level]):
             _fail(
                 "requests_per_level",
@@ -238,6 +253,6 @@ def validate_config(config: RunConfig) -> RunConfig:
             _fail("urls", f"no URL for arms {missing}", "give --url ARM=http://host:port for every arm, or drop those arms")
     elif not Path(config.model).is_dir():
         _fail("model", f"{config.model} is not a model directory", "give a local HF model folder (default: models/tiny-json)")
-    return replace(config, levels=levels)
+    return replace(config, levels=levels, rates=tuple(float(r) for r in rates))
 
 

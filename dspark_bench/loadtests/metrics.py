@@ -26,7 +26,10 @@ Definitions (vLLM ``bench serve`` where they overlap):
 - goodput, with SLOs (``slo``: ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, each optional): a request is good
   when it is ``valid`` and meets every SLO given; good requests / wall time, and their output tokens /
   wall time. Without SLOs every valid request is good (goodput = the valid request rate).
-- a level is valid when its achieved concurrency is at least MIN_CONCURRENCY_SHARE of its users and
+- achieved rate: measured requests sent per second, first send to last; send lag P95 (open loop): how
+  late the client sent requests after their arrival time.
+- a level is valid when its achieved concurrency (open loop: achieved rate) is at least
+  MIN_CONCURRENCY_SHARE of its users (its target rate) and
   the client was not saturated (harness CPU below CLIENT_SATURATED of one core, measured by the sweep);
   otherwise ``level_problems`` says why and the level must not be read as a measurement at that load.
 """
@@ -84,6 +87,8 @@ class LevelMetrics:
     good_requests: int = 0
     goodput_req_s: float = 0.0
     good_tok_s: float = 0.0
+    achieved_rate: float | None = None  # requests sent per second (the target, in an open loop)
+    send_lag_p95_ms: float | None = None  # open loop: how late the client sent requests after they were due
     connect_p95_ms: float | None = None  # send -> connection ready: the client's side of TTFT
     new_connection_rate: float | None = None  # requests that had to connect; a healthy closed loop reuses
 
@@ -135,10 +140,24 @@ def achieved_concurrency(records: Sequence[RequestRecord]) -> float | None:
     return busy / (end - start)
 
 
-def level_problems(level: int, achieved: float | None, client_cpu_share: float | None) -> list[str]:
-    """Why a level does not measure the load it names; [] when it does."""
+def achieved_rate(records: Sequence[RequestRecord]) -> float | None:
+    """Measured requests sent per second, first send to last (an open loop's achieved arrival rate)."""
+    sends = sorted(r.t_send for r in records if not r.warmup)
+    return (len(sends) - 1) / (sends[-1] - sends[0]) if len(sends) > 1 and sends[-1] > sends[0] else None
+
+
+def level_problems(
+    level: float, achieved: float | None, client_cpu_share: float | None, open_loop_rate: float | None = None
+) -> list[str]:
+    """Why a level does not measure the load it names; [] when it does. A closed loop must hold its users
+    busy; an open loop (``open_loop_rate``: its target) must send at its rate (``achieved``: the rate)."""
     problems = []
-    if achieved is not None and achieved < MIN_CONCURRENCY_SHARE * level:
+    if open_loop_rate is not None:
+        if achieved is not None and achieved < MIN_CONCURRENCY_SHARE * open_loop_rate:
+            problems.append(
+                f"achieved rate {achieved:.2f}/s of {open_loop_rate:g}/s ({achieved / open_loop_rate:.0%} < {MIN_CONCURRENCY_SHARE:.0%})"
+            )
+    elif achieved is not None and achieved < MIN_CONCURRENCY_SHARE * level:
         problems.append(f"achieved concurrency {achieved:.1f} of {level} ({achieved / level:.0%} < {MIN_CONCURRENCY_SHARE:.0%})")
     if client_cpu_share is not None and client_cpu_share >= CLIENT_SATURATED:
         problems.append(f"load generator saturated ({client_cpu_share:.0%} of a core)")
@@ -211,6 +230,8 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         exact_match_rate=float(np.mean(exact)) if exact else None,
         stalled_stream_rate=len(stalled) / len(streamed) if streamed else 0.0,
         achieved_concurrency=achieved_concurrency(records),
+        achieved_rate=achieved_rate(records),
+        send_lag_p95_ms=percentile_ms([r.t_send - r.t_scheduled for r in measured if r.t_scheduled is not None], 95),
         itl_mean_ms=float(np.mean(itl)) if itl else None,
         itl_p50_ms=float(np.percentile(itl, 50)) if itl else None,
         itl_p95_ms=float(np.percentile(itl, 95)) if itl else None,

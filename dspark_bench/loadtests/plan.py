@@ -8,7 +8,9 @@ or the locustfile's init hook under Locust's own CLI), waited on by users that s
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from dataclasses import dataclass, field
 
 from gevent.event import Event
@@ -18,12 +20,33 @@ from dspark_bench.loadtests.records import RecordSink, RequestRecord
 from dspark_bench.scenarios import Mode, Sample
 
 
+@dataclass(frozen=True)
+class Arrivals:
+    """Open-loop load: requests sent at ``rate`` per second whether or not earlier ones have finished, by a
+    seeded Poisson process (exponential gaps) or evenly spaced (``poisson=False``)."""
+
+    rate: float
+    poisson: bool = True
+    seed: int = 0
+
+    def offsets(self, count: int) -> list[float]:
+        """Seconds from the level's start at which each of ``count`` requests is due."""
+        if not self.poisson:
+            return [index / self.rate for index in range(count)]
+        gaps = random.Random(self.seed).expovariate
+        offsets, at = [], 0.0
+        for _ in range(count):
+            offsets.append(at)
+            at += gaps(self.rate)
+        return offsets
+
+
 @dataclass
 class LevelPlan:
     """The requests of one level for one arm: warm-up tickets first, then exactly ``count`` measured."""
 
     arm: str
-    level: int  # 0: the user count Locust reports (web UI runs)
+    level: float  # users of a closed loop (0: the user count Locust reports, web UI runs), or the rate of an open one
     mode: Mode
     model: str
     samples: list[Sample]  # cycled if shorter than warmup + count
@@ -35,9 +58,12 @@ class LevelPlan:
     temperature: float = TEMPERATURE
     timeout_s: float = REQUEST_TIMEOUT_S
     headers: dict[str, str] = field(default_factory=dict)
+    arrivals: Arrivals | None = None  # open loop: when each ticket is due; None: a closed loop
+    users: int | None = None  # open loop: users that send the due requests (the cap on requests in flight)
     aborted: str | None = None
     records: list[RequestRecord] = field(default_factory=list)  # this level's completed requests, in order
     _issued: int = 0
+    _due: list[float] = field(default_factory=list)  # open loop: absolute send times, from the first ticket
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next_ticket(self) -> tuple[Sample, bool, int] | None:
@@ -48,7 +74,19 @@ class LevelPlan:
                 return None
             index = self._issued
             self._issued += 1
+            if self.arrivals is not None and not self._due:
+                start = time.time()
+                self._due = [start + offset for offset in self.arrivals.offsets(total or 1_000_000)]
         return self.samples[index % len(self.samples)], index < self.warmup, index
+
+    def due(self, index: int) -> float | None:
+        """When ticket ``index`` is to be sent (time.time() clock); None in a closed loop: at once."""
+        return self._due[index] if self.arrivals is not None and index < len(self._due) else None
+
+    @property
+    def user_count(self) -> int:
+        """Users to spawn: the closed loop's concurrency, or the open loop's cap on requests in flight."""
+        return int(self.users if self.arrivals is not None and self.users else self.level)
 
     def complete(self, record: RequestRecord) -> None:
         self.sink.write(record)

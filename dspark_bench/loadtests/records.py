@@ -19,7 +19,7 @@ from typing import Any, Protocol
 @dataclass
 class RequestRecord:
     arm: str
-    level: int  # concurrency (number of users)
+    level: float  # the load: users of a closed loop, or requests per second of an open one
     scenario: str
     mode: str
     request_id: str
@@ -46,6 +46,7 @@ class RequestRecord:
     # gaps between successive content chunks, ms (vLLM bench serve's ITL: a speculative chunk of several
     # tokens is one gap, as it arrives)
     itl_ms: list[float] | None = None
+    t_scheduled: float | None = None  # open loop: when the request was due (t_send - t_scheduled: the client's lag)
     tags: list[str] | None = None  # the dataset line's labels (scenarios.dataset), for the report's groups
 
     @property

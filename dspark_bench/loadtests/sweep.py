@@ -21,7 +21,7 @@ from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, 
 from dspark_bench.loadtests.machine import cpu_noise, cpu_snapshot, noise_problems
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_metrics, level_problems
 from dspark_bench.loadtests.openai_api import chat_body
-from dspark_bench.loadtests.plan import LevelPlan, PlanSlot
+from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot
 from dspark_bench.loadtests.records import RunFolderSink
 from dspark_bench.loadtests.results import LevelResult, RunResults, arm_facts
 from dspark_bench.loadtests.server_metrics import delta, scrape
@@ -41,9 +41,13 @@ def _progress(plan: LevelPlan, started: float) -> str:
     tokens = sum(r.output_tokens or 0 for r in records if not r.warmup)
     invalid = sum(1 for r in records if r.verdict != "valid")
     return (
-        f"  {plan.arm:<22} c={plan.level:<3} {plan.completed:>4}/{plan.total} requests  "
+        f"  {plan.arm:<22} {_label(plan):<6} {plan.completed:>4}/{plan.total} requests  "
         f"{tokens / max(1e-9, time.time() - started):8.1f} tok/s  {invalid} not valid"
     )
+
+
+def _label(plan: LevelPlan) -> str:
+    return f"r={plan.level:g}/s" if plan.arrivals else f"c={plan.level:g}"
 
 
 def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_every_s: float = 5.0) -> None:
@@ -51,7 +55,8 @@ def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_ev
     env = Environment(user_classes=[ChatCompletionsUser.bound_to(PlanSlot(plan))], host=endpoint.base_url)
     runner = env.create_local_runner()
     started = time.time()
-    runner.start(plan.level, spawn_rate=plan.level * 1000)  # all users at once: a closed loop, no ramp-up
+    users = plan.user_count
+    runner.start(users, spawn_rate=users * 1000)  # all users at once, no ramp-up
     last_print = started
     try:
         while True:
@@ -59,17 +64,17 @@ def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_ev
             if not endpoint.alive():
                 plan.aborted = "server died"
                 raise RunAborted(
-                    f"arm '{plan.arm}': server died during level c={plan.level}: {failure_summary(endpoint.log_path, latest=True)}"
+                    f"arm '{plan.arm}': server died during level {_label(plan)}: {failure_summary(endpoint.log_path, latest=True)}"
                 )
             if time.time() - started > timeout_s:
                 plan.aborted = "level timeout"
                 raise RunAborted(
-                    f"arm '{plan.arm}': level c={plan.level} did not finish within {timeout_s:.0f}s "
+                    f"arm '{plan.arm}': level {_label(plan)} did not finish within {timeout_s:.0f}s "
                     "(raise level_timeout_s, or lower requests_per_level)"
                 )
             if runner.user_count == 0 and not plan.finished() and time.time() - started > 5:
                 # every user stopped without finishing: they could not even take tickets
-                raise RunAborted(f"arm '{plan.arm}': all users stopped at c={plan.level}")
+                raise RunAborted(f"arm '{plan.arm}': all users stopped at {_label(plan)}")
             if plan.finished():
                 break
             if time.time() - last_print >= progress_every_s:
@@ -113,12 +118,15 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
         noise = cpu_noise(snapshot, cpu_snapshot(results.server_pgids))
         metrics.update(noise)
         if noisy := noise_problems(noise):
-            print(f"  warning: c={plan.level} of arm '{plan.arm}' ran beside other work: {'; '.join(noisy)}", flush=True)
-        problems = level_problems(plan.level, metrics["achieved_concurrency"], metrics["client_cpu_share"])
+            print(f"  warning: {_label(plan)} of arm '{plan.arm}' ran beside other work: {'; '.join(noisy)}", flush=True)
+        if plan.arrivals is not None:
+            problems = level_problems(plan.level, metrics["achieved_rate"], metrics["client_cpu_share"], plan.arrivals.rate)
+        else:
+            problems = level_problems(plan.level, metrics["achieved_concurrency"], metrics["client_cpu_share"])
         metrics["level_valid"] = not problems
         metrics["level_problems"] = "; ".join(problems)
         if problems:
-            print(f"  warning: level c={plan.level} of arm '{plan.arm}' is not a valid measurement: {metrics['level_problems']}", flush=True)
+            print(f"  warning: level {_label(plan)} of arm '{plan.arm}' is not a valid measurement: {metrics['level_problems']}", flush=True)
         if result.metrics["stalled_stream_rate"] > STALLED_WARNING:
             print(
                 f"  warning: {result.metrics['stalled_stream_rate']:.0%} of the answers arrived in one piece "
@@ -137,7 +145,7 @@ def _stop_if_failing(plan: LevelPlan) -> None:
     failed = [r for r in measured if r.verdict in FAILED]
     if measured and len(failed) > FAILED_LEVEL_SHARE * len(measured):
         raise RunAborted(
-            f"arm '{plan.arm}': {len(failed)} of {len(measured)} requests failed at c={plan.level}; first: {failed[0].error}"
+            f"arm '{plan.arm}': {len(failed)} of {len(measured)} requests failed at {_label(plan)}; first: {failed[0].error}"
         )
 
 
@@ -190,7 +198,7 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
         for scenario_name in config.scenarios:
             scenario = load_scenario(scenario_name)
             per_level = config.warmup_requests + config.requests_per_level
-            for level_index, level in enumerate(config.levels):
+            for level_index, level in enumerate(config.rates or config.levels):
                 # Fresh prompts for each level (no cross-level prefix-cache hits), the same for every arm.
                 samples = list(scenario.samples(Split.EVAL, per_level, offset=(level_index * per_level) % 50_000))
                 for repeat in range(config.repeats):
@@ -211,6 +219,10 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                             temperature=config.temperature,
                             timeout_s=config.request_timeout_s,
                             headers=endpoint.headers(),
+                            arrivals=Arrivals(level, config.arrival == "poisson", seed=1000 * level_index + repeat)
+                            if config.rates
+                            else None,
+                            users=config.max_concurrency if config.rates else None,
                         )
                         _measure_level(results, endpoint, plan, scenario.name)
         results.complete = True

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Iterator
 
+import gevent
 from geventhttpclient import HTTPClient
 from geventhttpclient.url import URL
 from locust import User, constant, task
@@ -96,6 +97,8 @@ class ChatCompletionsUser(User):
         p90), enough to hold only 0.83 of the users' requests in flight against a server that is
         never the bottleneck. Locust still stops the user by killing its greenlet."""
         while self.plan is not None and (ticket := self.plan.next_ticket()) is not None:
+            if (due := self.plan.due(ticket[2])) is not None:  # open loop: wait for the request's arrival time
+                gevent.sleep(max(0.0, due - time.time()))
             self.chat(*ticket)
         raise StopUser()
 
@@ -103,6 +106,7 @@ class ChatCompletionsUser(User):
         """One request: send, stream, validate, record, report to Locust."""
         plan: LevelPlan = self.plan
         level = plan.level or (self.environment.runner.user_count if self.environment.runner else 1)
+        scheduled = plan.due(index)
         body = chat_body(sample, plan.mode, plan.model, sample.max_tokens or plan.max_tokens, plan.temperature)
         self._connected = None
         t_send = time.time()
@@ -154,7 +158,7 @@ class ChatCompletionsUser(User):
             level=level,
             scenario=sample.scenario,
             mode=plan.mode.value,
-            request_id=f"{sample.scenario}.{plan.mode.value}.c{level}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
+            request_id=f"{sample.scenario}.{plan.mode.value}.{'r' if plan.arrivals else 'c'}{level:g}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
             # Locust UI runs cycle through the samples, maybe in several worker processes: keep ids unique.
             + ("" if plan.count is not None else f".{worker_tag(self.environment)}.{index}"),
             seed=sample.seed,
@@ -177,6 +181,7 @@ class ChatCompletionsUser(User):
             new_connection=self._connected[1] if self._connected else None,
             t_headers=t_headers,
             tags=list(sample.tags) or None,
+            t_scheduled=scheduled,
             itl_ms=[round((b - a) * 1000, 2) for a, b in zip(result.chunk_times, result.chunk_times[1:], strict=False)] if result else None,
         )
         plan.complete(record)

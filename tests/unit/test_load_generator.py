@@ -48,3 +48,29 @@ def test_users_hold_their_concurrency(fast_server, tmp_path, users):
 
 def _connections(base_url: str) -> int:
     return httpx.get(f"{base_url}/v1/models", timeout=10).json()["connections"]
+
+
+def _open_loop(server: str, tmp_path, rate: float, users: int, count: int, poisson: bool = True):
+    from dspark_bench.loadtests.plan import Arrivals
+
+    samples = list(load_scenario("order_extraction").samples(Split.EVAL, 20))
+    plan = LevelPlan("fake", rate, Mode.JSON_OBJECT, "fake", samples, RunFolderSink(tmp_path), count,
+                     arrivals=Arrivals(rate, poisson=poisson, seed=1), users=users)  # fmt: skip
+    run_level(Endpoint("fake", server, "fake"), plan, timeout_s=120, progress_every_s=60)
+    return level_metrics(plan.records)
+
+
+@pytest.mark.parametrize("poisson", [True, False])
+def test_open_loop_sends_at_its_rate_whatever_the_answers_take(fast_server, tmp_path, poisson):
+    metrics = _open_loop(fast_server, tmp_path, rate=40.0, users=64, count=120, poisson=poisson)
+    # answers take ~0.2 s, so ~8 are in flight at 40/s: the rate, not the answers, sets the pace
+    assert 0.9 * 40 <= metrics.achieved_rate <= 1.1 * 40, metrics.achieved_rate
+    assert metrics.send_lag_p95_ms < 50 and 4 < metrics.achieved_concurrency < 16
+
+
+def test_an_open_loop_that_cannot_keep_up_is_flagged(fast_server, tmp_path):
+    from dspark_bench.loadtests.metrics import level_problems
+
+    metrics = _open_loop(fast_server, tmp_path, rate=40.0, users=2, count=40)  # 2 in flight x 0.2 s: ~10/s at most
+    assert metrics.achieved_rate < 0.5 * 40 and metrics.send_lag_p95_ms > 500
+    assert "achieved rate" in level_problems(40.0, metrics.achieved_rate, 0.1, open_loop_rate=40.0)[0]
