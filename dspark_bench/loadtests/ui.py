@@ -10,6 +10,7 @@ folder. Across machines, start workers yourself with
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -54,7 +55,9 @@ def run_ui(config: RunConfig, arm: str, web_port: int = 8089, workers: int = 0) 
         command = locust_command(config, arm, endpoint.base_url, endpoint.model, run_dir, web_port, workers)
         print(f"Locust web UI: http://127.0.0.1:{web_port}  (the JSON tab has our figures; Ctrl-C here to finish)", flush=True)
         # the key travels in the environment, never on a command line
-        process = subprocess.Popen(command, env={**os.environ, API_KEY_ENV: endpoint.api_key or ""})
+        process = subprocess.Popen(
+            command, env={**os.environ, API_KEY_ENV: endpoint.api_key or ""}, preexec_fn=_die_with_this_process
+        )
         try:
             status = process.wait()
         except (KeyboardInterrupt, SystemExit):
@@ -65,6 +68,15 @@ def run_ui(config: RunConfig, arm: str, web_port: int = 8089, workers: int = 0) 
     finally:
         deployer.stop_all()
     return status, run_dir, arms
+
+
+def _die_with_this_process() -> None:  # runs in the child between fork and exec
+    """Locust gets SIGTERM if this process dies without stopping it (SIGKILL, a crash): a web UI left
+    behind would go on loading the server and the machine."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def _stop_locust(process: subprocess.Popen) -> None:

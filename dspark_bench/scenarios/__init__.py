@@ -6,6 +6,7 @@ or a user's own requests from a dataset file (``scenarios.dataset``).
 >>> sample.messages, sample.schema, sample.answer
 """
 
+from dspark_bench.scenarios.load import load_all, load_scenario
 from dspark_bench.scenarios.spec import (
     Example,
     Mode,
@@ -15,8 +16,6 @@ from dspark_bench.scenarios.spec import (
     Split,
     builtin_names,
     check_schema,
-    load_all,
-    load_scenario,
 )
 
 __all__ = [

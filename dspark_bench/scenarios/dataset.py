@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.scenarios.spec import Example, Mode, Scenario, ScenarioError, Split, check_schema
+from dspark_bench.scenarios.spec import Example, Mode, Sample, Scenario, ScenarioError, Split, check_schema
 
 SUFFIXES = (".jsonl", ".json", ".csv")
 KNOWN_FIELDS = ("messages", "prompt", "schema", "response_format", "answer", "max_tokens", "tags", "description", "meta")
@@ -225,8 +225,6 @@ class DatasetScenario(Scenario):
         object.__setattr__(self, "rows", rows)
 
     def sample(self, seed: int):
-        from dspark_bench.scenarios.spec import Sample
-
         start = self.splits[Split.TRAIN][0] if seed >= self.splits[Split.TRAIN][0] else self.splits[Split.EVAL][0]
         row = self.rows[(seed - start) % len(self.rows)]
         return Sample(

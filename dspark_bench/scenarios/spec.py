@@ -17,8 +17,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.files import FileProblem, read_yaml_mapping
-
 DEFS_DIR = Path(__file__).parent / "defs"
 
 
@@ -142,36 +140,8 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in DEFS_DIR.glob("*.yaml"))
 
 
-def load_all() -> list[Scenario]:
-    return [load_scenario(name) for name in builtin_names()]
-
-
-def load_scenario(name_or_path: str | Path) -> Scenario:
-    """Load a built-in scenario by name, or any scenario file by path; raises ScenarioError."""
-    from dspark_bench.scenarios.dataset import is_dataset_path, load_dataset
-
-    path = Path(name_or_path)
-    if is_dataset_path(path):
-        return load_dataset(path)
-    if path.suffix not in (".yaml", ".yml"):
-        path = DEFS_DIR / f"{name_or_path}.yaml"
-        if not path.exists():
-            raise ScenarioError(
-                name_or_path,
-                "name",
-                "no such scenario",
-                f"use one of {', '.join(builtin_names())}, a scenario .yaml, or a dataset (.jsonl, .json, .csv)",
-            )
-    try:
-        raw = read_yaml_mapping(path)
-    except FileProblem as exc:
-        raise ScenarioError(path, "(file)", exc.problem, exc.fix) from None
-    if not raw:
-        raise ScenarioError(path, "(file)", "the file is empty", "write 'name: ...', 'generator: ...' keys")
-    if "dataset" in raw:  # a scenario YAML that names a data file: {dataset: PATH, name, description}
-        if unknown := sorted(set(raw) - {"dataset", "name", "description"}):
-            raise ScenarioError(path, unknown[0], "not a key of a dataset scenario", "keep dataset, name, description")
-        return load_dataset((path.parent / str(raw["dataset"])).resolve(), raw.get("name"), raw.get("description"))
+def parse_scenario_yaml(path: Path, raw: dict[str, Any]) -> Scenario:
+    """The scenario a generator-backed YAML file describes (see ``scenarios/defs/``)."""
     return _parse(path, raw)
 
 

@@ -73,7 +73,7 @@ def test_ui_ends_cleanly_on_a_signal_and_writes_the_run(fast_server, tmp_path, s
         output, _ = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
-            process.kill()
+            process.kill()  # Locust dies with it (PR_SET_PDEATHSIG)
     assert process.returncode == 0, output[-3000:]
     assert "Traceback" not in output and "BlockingSwitchOutError" not in output, output[-3000:]
     run = tmp_path / "ui"
@@ -84,6 +84,17 @@ def test_ui_ends_cleanly_on_a_signal_and_writes_the_run(fast_server, tmp_path, s
     # the run's user count, not a worker's share of it
     assert {r["level"] for r in records if not r["warmup"]} <= {1, 2, 3, 4} and max(r["level"] for r in records) == 4
     assert _port_free(web_port) and not processes_on_port(web_port)
+
+
+def test_locust_dies_with_a_killed_ui(fast_server, tmp_path):
+    web_port = free_port()
+    command = [sys.executable, "-m", "dspark_bench", "ui", "--arm", "baseline-constrained",
+               "--url", f"baseline-constrained={fast_server}", "--web-port", str(web_port), "--out", str(tmp_path)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    _wait_for(lambda: httpx.get(f"http://127.0.0.1:{web_port}", timeout=5).status_code == 200)
+    process.kill()  # no chance to clean up
+    process.wait()
+    _wait_for(lambda: not processes_on_port(web_port) and _port_free(web_port), timeout_s=30)
 
 
 def test_a_swarm_without_a_host_stops_with_one_line(tmp_path):

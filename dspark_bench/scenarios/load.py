@@ -1,0 +1,42 @@
+"""``load_scenario``: a built-in name, a scenario YAML (a generator, or ``dataset: PATH``), or a dataset
+file or folder of the user's own requests. The one entry point; raises ScenarioError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dspark_bench.files import FileProblem, read_yaml_mapping
+from dspark_bench.scenarios.dataset import is_dataset_path, load_dataset
+from dspark_bench.scenarios.spec import DEFS_DIR, Scenario, ScenarioError, builtin_names, parse_scenario_yaml
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """Load a built-in scenario by name, or any scenario or dataset file by path; raises ScenarioError."""
+    path = Path(name_or_path)
+    if is_dataset_path(path):
+        return load_dataset(path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = DEFS_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise ScenarioError(
+                name_or_path,
+                "name",
+                "no such scenario",
+                f"use one of {', '.join(builtin_names())}, a scenario .yaml, or a dataset (.jsonl, .json, .csv)",
+            )
+    try:
+        raw = read_yaml_mapping(path)
+    except FileProblem as exc:
+        raise ScenarioError(path, "(file)", exc.problem, exc.fix) from None
+    if not raw:
+        raise ScenarioError(path, "(file)", "the file is empty", "write 'name: ...', 'generator: ...' keys")
+    if "dataset" in raw:  # a scenario YAML that names a data file: {dataset: PATH, name, description}
+        if unknown := sorted(set(raw) - {"dataset", "name", "description"}):
+            raise ScenarioError(path, unknown[0], "not a key of a dataset scenario", "keep dataset, name, description")
+        return load_dataset((path.parent / str(raw["dataset"])).resolve(), raw.get("name"), raw.get("description"))
+    return parse_scenario_yaml(path, raw)
+
+
+def load_all() -> list[Scenario]:
+    """Every built-in scenario."""
+    return [load_scenario(name) for name in builtin_names()]
