@@ -13,8 +13,9 @@ Definitions (vLLM ``bench serve`` where they overlap):
 - invalid rate per category: count of that verdict / measured requests.
 - stalled-stream rate: completed answers of more than STALL_MIN_TOKENS tokens whose first content
   arrived after STALL_SHARE of their latency (the whole stream read in one piece) / such answers.
-  A server streams token by token, so a high rate means the client (or the machine it shares with
-  the servers) stalled and the level's TTFT, TPOT and possibly latency are suspect.
+  Either the server held its answer (stock vLLM on two cores does at one user, response headers
+  included: the same client streams another arm cleanly at the same level) or the client stalled, and
+  then the level's TTFT and TPOT are suspect (the gate tells the two apart by the other arms).
 - achieved concurrency: time-weighted mean number of requests in flight (send to last byte, warm-up
   requests included) over the level's steady span: from its first measured send to its last send
   (after that the last wave drains). A closed loop of N users that keeps its concurrency holds ~N.

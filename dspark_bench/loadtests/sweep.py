@@ -130,8 +130,8 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
         if result.metrics["stalled_stream_rate"] > STALLED_WARNING:
             print(
                 f"  warning: {result.metrics['stalled_stream_rate']:.0%} of the answers arrived in one piece "
-                f"(first content after {STALL_SHARE:.0%} of the latency): the client or this machine stalled; "
-                "treat this level's timings as suspect and re-run it",
+                f"(first content after {STALL_SHARE:.0%} of the latency): this server held its answers, or the "
+                "client stalled; if the other arms stream cleanly at this level, it is the server's own",
                 flush=True,
             )
         results.levels.append(result)

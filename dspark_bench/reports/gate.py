@@ -110,15 +110,24 @@ def _by_arm_level(results: dict[str, Any]):
 
 
 def _measured_cleanly(results: dict[str, Any], stats) -> list[Check]:
-    """A gate reads only runs that finished and levels that held their load and streamed."""
+    """A gate reads only runs that finished and levels that held their load and streamed.
+
+    Streams read in one piece fail a level when the client could not stream at that level: when no arm
+    of the run streamed cleanly there. Where another arm did, through the same load generator at the
+    same load, the stall is that server's own (stock vLLM on two cores can hold its whole answer,
+    response headers included, at one user) and stays a reported property of that arm, not a fault of
+    the measurement."""
     complete = bool(results.get("complete"))
     checks = [Check("run complete", "all", None, float(complete), 1.0, complete, "" if complete else str(results.get("error")))]
+    cleanest: dict[int, float] = {}
+    for (_arm, level), row in stats.items():
+        cleanest[level] = min(cleanest.get(level, 1.0), row["stalled"])
     for (arm, level), row in sorted(stats.items()):
         why = [row["problems"]] if row["problems"] else []
         if row["incomplete"]:
             why.append("the level did not finish")
-        if row["stalled"] > MAX_STALLED:
-            why.append(f"{row['stalled']:.0%} of streams arrived in one piece")
+        if row["stalled"] > MAX_STALLED and cleanest[level] > MAX_STALLED:
+            why.append(f"{row['stalled']:.0%} of streams arrived in one piece, and no arm streamed cleanly at this level")
         if why:
             checks.append(Check("level measured cleanly", arm, level, row["stalled"], MAX_STALLED, False, "; ".join(why)))
     return checks

@@ -78,6 +78,15 @@ def test_incomplete_runs_and_levels_not_measured_cleanly_fail():
     assert all(c.passed for c in evaluate(_results(_level("base", 8, 100, level_problems="", stalled_stream_rate=0.0)), thresholds))
 
 
+def test_a_stall_only_one_server_shows_is_that_servers_own():
+    """Through the same client at the same level another arm streamed cleanly: the client was able to."""
+    thresholds = Thresholds(against="base")
+    run = _results(_level("base", 1, 100, stalled_stream_rate=0.5), _level("fast", 1, 200, stalled_stream_rate=0.0))
+    assert all(c.passed for c in evaluate(run, thresholds))
+    both = _results(_level("base", 1, 100, stalled_stream_rate=0.5), _level("fast", 1, 200, stalled_stream_rate=0.3))
+    assert [c.arm for c in evaluate(both, thresholds) if not c.passed] == ["base", "fast"]
+
+
 def test_thresholds_file_errors_name_the_fix(tmp_path):
     with pytest.raises(GateError, match="no such thresholds file"):
         load_thresholds(tmp_path / "missing.yaml")
