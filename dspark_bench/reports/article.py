@@ -25,12 +25,15 @@ from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
 RESAMPLES = 1000
 
 
-def load_records(run_dir: Path) -> pd.DataFrame:
-    """A run's measured (non-warm-up) records as a table, with each request's latency and valid tokens."""
+def load_records(run_dir: Path, include_warmup: bool = False) -> pd.DataFrame:
+    """A run's measured records (and the warm-up ones, if asked) as a table, with each request's latency
+    and valid tokens."""
     df = pd.DataFrame([asdict(r) for r in read_records(Path(run_dir))])
     if df.empty:
         return df
-    df = df[~df["warmup"].astype(bool)].copy()
+    if not include_warmup:
+        df = df[~df["warmup"].astype(bool)]
+    df = df.copy()
     df["repeat"] = df["repeat"].fillna(0).astype(int)
     df["latency_s"] = df["t_last_byte"] - df["t_send"]
     df["valid_tokens"] = np.where(df["verdict"] == Verdict.VALID.value, df["output_tokens"].fillna(0), 0)

@@ -12,7 +12,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
+from dspark_bench.loadtests.arms import REFERENCE_ARM  # noqa: E402
 from dspark_bench.loadtests.machine import machine_summary  # noqa: E402
 from dspark_bench.loadtests.results import levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, interval_note, load_records, repeat_count  # noqa: E402
@@ -23,6 +26,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#
 table{border-collapse:collapse;font-size:.85rem;margin:1rem 0}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}
 th{background:#f3f3f3}code,pre{background:#f6f6f6;padding:.1rem .3rem;font-size:.8rem;white-space:pre-wrap;word-break:break-all}
 .bad{color:#b00020}.ok{color:#1b5e20}.wide{overflow-x:auto;max-width:100%}
+img{max-width:100%;height:auto}.verdict{font-size:1.05rem;line-height:1.6}
 """
 
 
@@ -32,26 +36,6 @@ def _png(fig, alt: str) -> str:
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
-
-
-def _plot(frame, value: str, ylabel: str, log_y: bool = False) -> str:
-    """One line per arm against concurrency, a panel per scenario (median over repeats)."""
-    if value not in frame or frame[value].isna().all():
-        return ""
-    frame = frame.groupby(["scenario", "level", "arm"], as_index=False)[value].median()
-    fig, axes = plt.subplots(1, max(1, frame["scenario"].nunique()), figsize=(7, 3.5), squeeze=False)
-    for ax, (scenario, part) in zip(axes[0], frame.groupby("scenario"), strict=False):
-        for arm, rows in part.groupby("arm"):
-            ax.plot(rows["level"], rows[value], marker="o", label=arm)
-        ax.set_xscale("log", base=2)
-        if log_y and (part[value] > 0).any():
-            ax.set_yscale("log")
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel(ylabel)
-        ax.set_title(scenario)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-    return _png(fig, ylabel)
 
 
 def _invalid_stacked(detail) -> str:
@@ -96,6 +80,173 @@ def _invalid_samples(records, per_category: int = 20) -> list[str]:
     return parts
 
 
+GRID_PANELS = (  # (levels column, label, log scale): the grid's panels, each with a band over repeats
+    ("effective_tok_s", "effective JSON tokens/s", False),
+    ("speedup", "speed-up over the reference arm", False),
+    ("latency_p50_ms", "P50 latency (ms)", True),
+    ("latency_p95_ms", "P95 latency (ms)", True),
+    ("ttft_p50_ms", "TTFT P50 (ms)", True),
+    ("server:mean_acceptance_length", "mean acceptance length", False),
+)
+
+
+def _with_speedup(detail: pd.DataFrame) -> pd.DataFrame:
+    """Each level's effective tok/s over the reference arm's in the same scenario, level and repeat."""
+    if REFERENCE_ARM not in set(detail["arm"]):
+        return detail
+    keys = ["scenario", "level", "repeat"]
+    reference = detail[detail["arm"] == REFERENCE_ARM].set_index(keys)["effective_tok_s"]
+    ratios = [
+        value / reference[key] if key in reference.index and reference[key] else float("nan")
+        for value, key in zip(detail["effective_tok_s"], zip(*(detail[k] for k in keys), strict=True), strict=True)
+    ]
+    return detail.assign(speedup=ratios)
+
+
+def _arm_colors(arms) -> dict[str, str]:
+    """One color per arm, the same in every figure of the page."""
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {arm: palette[i % len(palette)] for i, arm in enumerate(sorted(set(arms)))}
+
+
+def _grid(detail: pd.DataFrame, scenario: str) -> str:
+    """The run's main figures for one scenario in one grid: the median over repeats as a line, the band
+    from the lowest to the highest repeat around it."""
+    part = _with_speedup(detail[detail["scenario"] == scenario])
+    panels = [(c, label, log) for c, label, log in GRID_PANELS if c in part and part[c].notna().any()]
+    if not panels:
+        return ""
+    columns = 3
+    rows = (len(panels) + columns - 1) // columns
+    fig, axes = plt.subplots(rows, columns, figsize=(11, 3.1 * rows), squeeze=False)
+    colors = _arm_colors(part["arm"])
+    for ax in axes.flat[len(panels) :]:
+        ax.axis("off")
+    for ax, (column, label, log) in zip(axes.flat, panels, strict=False):
+        for arm, rows_of_arm in part.groupby("arm"):
+            spread = rows_of_arm.groupby("level")[column].agg(["median", "min", "max"]).dropna()
+            if spread.empty:
+                continue
+            ax.plot(spread.index, spread["median"], marker="o", markersize=3, label=arm, color=colors[arm])
+            ax.fill_between(spread.index, spread["min"], spread["max"], color=colors[arm], alpha=0.2)
+        ax.set_xscale("log", base=2)
+        if log and (part[column] > 0).any():
+            ax.set_yscale("log")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("load (users, or requests/s)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7)
+    return _png(fig, f"{scenario}: throughput, speed-up and latency against load")
+
+
+def _cdf(records: pd.DataFrame, scenario: str, level: float) -> str:
+    """Each arm's end-to-end latency distribution at one level (every repeat's measured requests)."""
+    part = records[(records["scenario"] == scenario) & (records["level"] == level)].dropna(subset=["latency_s"])
+    if part.empty:
+        return ""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    colors = _arm_colors(records["arm"])
+    for arm, rows in part.groupby("arm"):
+        values = np.sort(rows["latency_s"].to_numpy() * 1000)
+        ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=arm, color=colors[arm])
+    ax.set_xlabel("end-to-end latency (ms)")
+    ax.set_ylabel("share of requests")
+    ax.set_title(f"{scenario}, load {level:g}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig, f"latency distribution at load {level:g}")
+
+
+def _timeline(all_records: pd.DataFrame, scenario: str) -> str:
+    """Requests in flight over each level's time (first repeat, warm-up included): a closed loop holds a
+    flat line at its users; dips are a load generator that fell behind, or stalls."""
+    part = all_records[(all_records["scenario"] == scenario) & (all_records["repeat"] == 0)].dropna(subset=["t_last_byte"])
+    levels = sorted(part["level"].unique())
+    if not levels:
+        return ""
+    columns = min(4, len(levels))
+    rows = (len(levels) + columns - 1) // columns
+    fig, axes = plt.subplots(rows, columns, figsize=(11, 2.4 * rows), squeeze=False)
+    for ax in axes.flat[len(levels) :]:
+        ax.axis("off")
+    colors = _arm_colors(all_records["arm"])
+    for ax, level in zip(axes.flat, levels, strict=False):
+        for arm, rows_of_arm in part[part["level"] == level].groupby("arm"):
+            start = rows_of_arm["t_send"].min()
+            events = sorted([(t - start, 1) for t in rows_of_arm["t_send"]] + [(t - start, -1) for t in rows_of_arm["t_last_byte"]])
+            times, counts, current = [0.0], [0], 0
+            for at, change in events:
+                current += change
+                times.append(at)
+                counts.append(current)
+            ax.step(times, counts, where="post", label=arm, linewidth=1, color=colors[arm])
+        ax.axhline(level, color="grey", linewidth=0.6, linestyle="--")
+        ax.set_title(f"load {level:g}", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("s since the level's first request", fontsize=7)
+    axes.flat[0].legend(fontsize=6)
+    return _png(fig, f"{scenario}: requests in flight over time per level")
+
+
+def _machine_panel(results: dict[str, Any], detail: pd.DataFrame) -> list[str]:
+    """What the numbers were measured on, and what else ran beside them, per level."""
+    esc = html.escape
+    machine = results.get("machine", {})
+    parts = [
+        "<h2>Machine and noise</h2>",
+        f"<p>{esc(machine_summary(machine))}; CPU features {esc(', '.join(machine.get('cpu_flags') or []) or 'not recorded')}; "
+        f"GPU {esc(str(machine.get('gpu')))}; git {esc(str(machine.get('git_commit')))}.</p>",
+    ]
+    columns = [c for c in ("other_cpu_share", "steal_share", "client_cpu_share", "achieved_concurrency", "level_valid") if c in detail]
+    if columns:
+        noise = detail.groupby(["scenario", "level", "arm"])[columns].agg(
+            {c: ("all" if c == "level_valid" else "max") for c in columns}
+        )
+        noise = noise.reset_index().rename(
+            columns={"other_cpu_share": "other processes (max)", "steal_share": "steal (max)",
+                     "client_cpu_share": "load generator CPU (max)", "achieved_concurrency": "achieved load (max)",
+                     "level_valid": "measured cleanly"}  # fmt: skip
+        )
+        parts += [
+            "<p>Per level, worst repeat: CPU share of processes other than the servers and the harness, hypervisor "
+            "steal, the load generator's own CPU (of one core). Above 10% other CPU the run warned.</p>",
+            "<div class='wide'>",
+            noise.to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-"),
+            "</div>",
+        ]
+    return parts
+
+
+def _verdicts(results: dict[str, Any], records: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+    """One sentence per arm against the reference arm: its ratio (with the interval) at the lowest load,
+    then where it stops gaining."""
+    esc = html.escape
+    if summary.empty or SPEEDUP_COLUMN not in summary or REFERENCE_ARM not in set(summary["arm"]):
+        return []
+    lines = []
+    for scenario, part in summary.groupby("scenario"):
+        for arm, rows in part.groupby("arm"):
+            if arm == REFERENCE_ARM:
+                continue
+            rows = rows.sort_values("level")
+            first = rows.iloc[0]
+            interval = ""
+            table = article_table(records, results, scenario, base=REFERENCE_ARM, treat=arm)
+            key = f"effective JSON throughput (tok/s), concurrency {first['level']:g}"
+            if not table.empty and key in set(table["metric"]):
+                cell = table.set_index("metric").loc[key, "change (95% CI)"]
+                interval = " " + cell.split(" ", 1)[1] if " " in cell else ""
+            load = "user" if first["level"] == 1 else "users"
+            sentence = f"{arm}: {first[SPEEDUP_COLUMN]:.2f}x{interval} at {first['level']:g} {load}"
+            losing = rows[rows[SPEEDUP_COLUMN] < 1.0]
+            if not losing.empty:
+                sentence += f"; below 1.0x at {', '.join(f'{v:g}' for v in losing['level'])}"
+            sentence += f"; {rows.iloc[-1][SPEEDUP_COLUMN]:.2f}x at {rows.iloc[-1]['level']:g}"
+            lines.append(f"<li><b>{esc(str(scenario))}</b>, {esc(sentence)}</li>")
+    return [f"<h2>Verdict against {esc(REFERENCE_ARM)} (effective JSON throughput)</h2><ul class='verdict'>{''.join(lines)}</ul>"]
+
+
 def render_html(results: dict[str, Any], out_path: Path) -> Path:
     summary = summary_frame(results)
     esc = html.escape
@@ -122,6 +273,9 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
         f"<h2>Arms</h2><ul>{arms}</ul>",
     ]
     records = load_records(out_path.parent)
+    all_records = load_records(out_path.parent, include_warmup=True)
+    detail = levels_frame(results)
+    parts[2:2] = _verdicts(results, records, summary)
     # scenario names as the levels record them (a dataset's name is its file's stem, not the path given)
     for scenario in sorted({level["scenario"] for level in results.get("levels", [])}):
         for base in ("baseline", "baseline-constrained"):
@@ -133,20 +287,24 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
                     f"<p>{esc(interval_note(repeat_count(records)))}</p>",
                 ]
     if not summary.empty:
-        detail = levels_frame(results)
+        for scenario in sorted(set(detail["scenario"])):
+            levels = sorted(set(detail[detail["scenario"] == scenario]["level"]))
+            cdf_level = 8 if 8 in levels else levels[len(levels) // 2]
+            parts += [
+                f"<h2>{esc(scenario)}: throughput and latency against load</h2>",
+                _grid(detail, scenario),
+                f"<h2>Latency distribution at load {cdf_level:g}</h2>",
+                _cdf(records, scenario, cdf_level) if not records.empty else "",
+                "<h2>Requests in flight over time</h2>",
+                _timeline(all_records, scenario) if not all_records.empty else "",
+            ]
         parts += [
-            "<h2>Summary (median over repeats)</h2>",
+            "<h2>Summary (median over repeats)</h2><div class='wide'>",
             summary.to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-"),
-            _plot(summary, "eff tok/s", "effective JSON tokens/s"),
-            _plot(summary, "raw tok/s", "raw output tokens/s"),
-            _plot(summary, SPEEDUP_COLUMN, f"speed-up: effective tok/s / {SPEEDUP_COLUMN.removeprefix('x ')}'s"),
-            _plot(detail, "latency_p50_ms", "P50 latency (ms)", log_y=True),
-            _plot(summary, "P95 ms", "P95 latency (ms)", log_y=True),
-            _plot(detail, "latency_p99_ms", "P99 latency (ms)", log_y=True),
-            _plot(summary, "TTFT P50 ms", "TTFT P50 (ms)", log_y=True),
-            _plot(detail, "server:mean_acceptance_length", "speculative mean acceptance length"),
+            "</div>",
             _invalid_stacked(detail),
         ]
+        parts += _machine_panel(results, detail)
         tags = tag_frame(records)
         if not tags.empty:
             parts += [
