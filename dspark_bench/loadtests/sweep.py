@@ -7,6 +7,7 @@ measured, marked incomplete.
 
 from __future__ import annotations
 
+import logging
 import resource
 import time
 from pathlib import Path
@@ -30,6 +31,17 @@ from dspark_bench.scenarios import Mode, Split, load_scenario
 
 STALLED_WARNING = 0.1  # share of streams read in one piece above which a level's timings are suspect
 FAILED_LEVEL_SHARE = 0.5  # a level where more requests than this failed (HTTP error, timeout) stops the run
+
+
+class _AllAtOnce(logging.Filter):
+    """Drops Locust's warning about a very high spawn rate: a closed loop spawns all its users at once on
+    purpose (no ramp-up), and the warning would fill the progress output once per level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
+logging.getLogger("locust.runners").addFilter(_AllAtOnce())
 
 
 class RunAborted(RuntimeError):
