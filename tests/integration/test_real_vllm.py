@@ -208,7 +208,9 @@ def test_a_users_dataset_runs_end_to_end_on_a_server_given_by_url(vllm_server, t
     run = tmp_path / "dataset"
     records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
     assert len(records) == 8 and all(r["scenario"] == "requests" and r["tags"] for r in records)
-    assert all(r["verdict"] in ("valid", "schema_violation") for r in records)  # constrained: it parses, every time
+    # constrained: nothing fails to parse (a line's max_tokens may cut an answer: truncated, counted apart)
+    assert all(r["verdict"] in ("valid", "schema_violation", "truncated") for r in records)
+    assert any(r["verdict"] == "valid" for r in records)
     assert all((r["output_tokens"] or 0) <= 128 for r in records)  # each line's own max_tokens
     page = (run / "report.html").read_text()
     assert "By tag" in page and "invoice" in page
