@@ -64,7 +64,8 @@ def _virtualization(flags: set[str]) -> str | None:
 def machine_summary(machine: dict[str, Any]) -> str:
     """One line for every figure: 'Intel(R) Xeon(R) Processor, 2 cores, AMX, AVX-512 BF16, VM (kvm), 23.5 GiB'."""
     flags = set(machine.get("cpu_flags") or ())
-    parts = [str(machine.get("cpu")), f"{machine.get('cores')} cores", "AMX" if "amx_bf16" in flags else "no AMX"]
+    amx = "AMX" if "amx_bf16" in flags else "no AMX" if "cpu_flags" in machine else "AMX not recorded"
+    parts = [str(machine.get("cpu")), f"{machine.get('cores')} cores", amx]
     if "avx512_bf16" in flags:
         parts.append("AVX-512 BF16")
     if machine.get("virtualization"):

@@ -18,18 +18,9 @@ from dspark_bench.loadtests.deploy.local import free_port
 from tests.integration.procs import processes_on_port
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = ROOT / "tests" / "fake_stream_server.py"
 LOCUSTFILE = ROOT / "dspark_bench" / "loadtests" / "locustfile.py"
 
 
-@pytest.fixture
-def fast_server():
-    port = free_port()
-    process = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port)], stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "ready"
-    yield f"http://127.0.0.1:{port}"
-    process.kill()
-    process.wait()
 
 
 def _wait_for(predicate, timeout_s: float = 60.0):

@@ -3,33 +3,16 @@ N closed-loop users keep about N requests in flight, at 64 and 256 users."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import httpx
 import locust  # noqa: F401 - gevent patches sockets first
 import pytest
 
 from dspark_bench.loadtests.deploy.base import Endpoint
-from dspark_bench.loadtests.deploy.local import free_port
 from dspark_bench.loadtests.metrics import level_metrics
 from dspark_bench.loadtests.plan import LevelPlan
 from dspark_bench.loadtests.records import RunFolderSink
 from dspark_bench.loadtests.sweep import run_level
 from dspark_bench.scenarios import Mode, Split, load_scenario
-
-SERVER = Path(__file__).resolve().parents[1] / "fake_stream_server.py"
-
-
-@pytest.fixture(scope="module")
-def fast_server():
-    port = free_port()
-    process = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port)], stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "ready"
-    yield f"http://127.0.0.1:{port}"
-    process.kill()
-    process.wait()
 
 
 @pytest.mark.parametrize("users", [64, 256])

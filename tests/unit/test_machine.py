@@ -35,4 +35,5 @@ def test_machine_facts_say_what_decides_speed():
     assert facts["cores"] == os.cpu_count() and "amx" in facts and isinstance(facts["cpu_flags"], list)
     assert facts["summary"].startswith(str(facts["cpu"]))
     assert "no AMX" in machine_summary({"cpu": "X", "cores": 2, "cpu_flags": ["avx2"]})
+    assert "AMX not recorded" in machine_summary({"cpu": "X", "cores": 2})  # a run from before the flags were kept
     assert "AMX" in machine_summary({"cpu": "X", "cores": 2, "cpu_flags": ["amx_bf16"], "virtualization": "kvm"})
