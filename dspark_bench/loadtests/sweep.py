@@ -207,13 +207,15 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
         results.write()
         for name, endpoint in endpoints.items():
             smoke_test(endpoint, config, name)
-        for scenario_name in config.scenarios:
-            scenario = load_scenario(scenario_name)
-            per_level = config.warmup_requests + config.requests_per_level
-            for level_index, level in enumerate(config.rates or config.levels):
-                # Fresh prompts for each level (no cross-level prefix-cache hits), the same for every arm.
-                samples = list(scenario.samples(Split.EVAL, per_level, offset=(level_index * per_level) % 50_000))
-                for repeat in range(config.repeats):
+        # Repeats are the outer loop: a level's repeats fall at different times of the run, so slow drift
+        # of the machine shows in their spread (and in the intervals) instead of hiding between runs.
+        for repeat in range(config.repeats):
+            for scenario_name in config.scenarios:
+                scenario = load_scenario(scenario_name)
+                per_level = config.warmup_requests + config.requests_per_level
+                for level_index, level in enumerate(config.rates or config.levels):
+                    # Fresh prompts for each level (no cross-level prefix-cache hits), the same for every arm.
+                    samples = list(scenario.samples(Split.EVAL, per_level, offset=(level_index * per_level) % 50_000))
                     order = arms if (level_index + repeat) % 2 == 0 else arms[::-1]  # alternate who goes first
                     for arm_name in order:
                         endpoint = endpoints[arm_name]
