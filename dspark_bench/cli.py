@@ -26,13 +26,14 @@ from dspark_bench.reports.html import render_comparison
 from dspark_bench.reports.tables import format_summary, summary_frame
 
 
-def _float_list(text: str | None) -> list[float] | None:
+def _numbers(text: str | None, flag: str, kind: type, what: str) -> list | None:
+    """A comma-separated flag value as numbers of ``kind``; a ConfigError naming the flag otherwise."""
     if text is None:
         return None
     try:
-        return [float(v) for v in text.split(",") if v.strip()]
+        return [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise ConfigError(f"--rates {text!r}: write comma-separated requests per second, e.g. 1,2,4,8") from None
+        raise ConfigError(f"{flag} {text!r}: write comma-separated {what}, e.g. 1,2,4,8") from None
 
 
 def _slo(text: str | None) -> dict[str, float] | None:
@@ -61,15 +62,6 @@ def _urls(pairs: list[str] | None) -> dict[str, str] | None:
             raise ConfigError(f"--url {pair!r}: write ARM=http://host:port")
         urls[arm] = url
     return urls
-
-
-def _int_list(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"--levels {text!r}: write comma-separated integers, e.g. 1,2,4,8") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,10 +160,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "run_name",
         )
     }
-    overrides["levels"] = _int_list(args.levels)
+    overrides["levels"] = _numbers(args.levels, "--levels", int, "integers")
     overrides["urls"] = _urls(args.url)
     overrides["slo"] = _slo(args.slo)
-    overrides["rates"] = [args.rate] if args.rate is not None else _float_list(args.rates)
+    overrides["rates"] = [args.rate] if args.rate is not None else _numbers(args.rates, "--rates", float, "requests per second")
     overrides["arrival"], overrides["max_concurrency"] = args.arrival, args.max_concurrency
     return execute(load_config(args.config, **overrides))[0]
 
