@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rates", help="open loop: sweep these rates, e.g. 1,2,4,8 (requests per second)")
     bench.add_argument("--arrival", choices=["poisson", "constant"], help="open loop: arrival process (default poisson)")
     bench.add_argument("--max-concurrency", type=int, help="open loop: cap on requests in flight (default 256)")
+    bench.add_argument(
+        "--workers",
+        type=int,
+        help="Locust worker processes that send the requests, this process their master (default 0: users run here); "
+        "for when one process cannot keep up (a level flagged for low achieved concurrency or rate)",
+    )
     bench.add_argument("--requests", dest="requests_per_level", type=int, help="measured requests per level (article: 200)")
     bench.add_argument("--warmup", dest="warmup_requests", type=int, help="warm-up requests per level, excluded")
     bench.add_argument("--repeats", type=int, help="run each level this many times per arm")
@@ -125,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--api-key-env", help="environment variable holding the API key for --url servers")
     ui.add_argument("--web-port", type=int, default=8089, help="Locust web UI port (default 8089)")
     ui.add_argument("--workers", type=int, default=0, help="Locust worker processes on this machine (0: none)")
+    ui.add_argument(
+        "--rate", type=float, default=0.0, help="open loop: requests per second (0: closed loop); also editable in the web UI"
+    )
+    ui.add_argument("--arrival", choices=["poisson", "constant"], default="poisson", help="open loop: arrival process")
     ui.add_argument("--out", dest="output_dir", help="parent folder of run folders (default runs/)")
     ui.add_argument("--name", dest="run_name", help="run folder name (default: ui-<timestamp>)")
     gate = sub.add_parser(
@@ -158,6 +168,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "api_key_env",
             "output_dir",
             "run_name",
+            "workers",
         )
     }
     overrides["levels"] = _numbers(args.levels, "--levels", int, "integers")
@@ -199,7 +210,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     overrides["urls"] = _urls(args.url)
     config = load_config(None if args.config is None else args.config, arms=args.arm, **overrides)
     signals_to_main_greenlet()
-    status, run_dir, arms = run_ui(config, args.arm, args.web_port, args.workers)
+    if args.rate < 0:
+        raise ConfigError(f"--rate {args.rate:g} is negative; fix: give requests per second, e.g. --rate 4 (0: closed loop)")
+    status, run_dir, arms = run_ui(config, args.arm, args.web_port, args.workers, args.rate, args.arrival)
     results_from_records(run_dir, config, arms).write()
     _report(run_dir)
     return 0 if status in (0, 1) else status  # Locust exits 1 when any answer failed validation

@@ -23,7 +23,7 @@ class DSparkOptions:
 
 MIN_LENGTH, MAX_LENGTH = 1, 16
 # auto: native DSpark weights on a GPU, else the checkpoint's draft model, else structure.
-DRAFTERS = ("auto", "native", "draft-model", "structure", "ngram", "off")
+DRAFTERS = ("auto", "native", "draft-model", "structure", "ngram", "replay", "off")
 
 
 def _value(argv: list[str], i: int, flag: str, hint: str) -> tuple[str, int]:

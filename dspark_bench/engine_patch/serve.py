@@ -2,7 +2,7 @@
 
     dspark-serve [serve] MODEL_DIR | --model DIR  --dspark-enabled --response-format json --enable-prefix-caching \\
         [--dspark-speculative-length 5] [--dspark-schema-compile SCHEMA_DIR | --no-dspark-schema-compile]
-        [--dspark-drafter auto|native|draft-model|structure|ngram|off] [--dspark-draft-model DIR]
+        [--dspark-drafter auto|native|draft-model|structure|ngram|replay|off] [--dspark-draft-model DIR]
 
 Every other argument goes to vLLM unchanged. What ``--dspark-enabled`` turns on:
 - speculation, verified by the target model so output does not change, from the best drafter this
@@ -16,7 +16,9 @@ Every other argument goes to vLLM unchanged. What ``--dspark-enabled`` turns on:
   default of 128 never shares a prompt prefix shorter than that);
 - ``--dspark-schema-compile DIR``: every schema in DIR is compiled into vLLM's grammar cache at
   start-up, before the first user request needs it.
-Each mechanism switches off on its own: ``--dspark-drafter off``, ``--response-format none``,
+``--dspark-drafter replay`` drafts what the server answered before after the same context
+(``dspark_bench.engine_patch.replay``): free drafts for repeated prompts, and, once a benchmark's prompts
+have been answered, the ceiling of any drafter. Each mechanism switches off on its own: ``--dspark-drafter off``, ``--response-format none``,
 ``--no-dspark-schema-compile``. A status line is logged at start-up, and served at
 ``GET /dspark/status``.
 """
@@ -44,6 +46,7 @@ from dspark_bench.engine_patch.state import SCHEMA_STATE_FILE, STATE_DIR_ENV, ST
 NGRAM_LOOKUP = {"prompt_lookup_max": 5, "prompt_lookup_min": 2}
 DRAFT_MODEL_SIDECAR = "dspark.json"  # a checkpoint names its draft model here: {"draft_model": "../x-draft"}
 STRUCTURE_DRAFTER = "dspark_bench.engine_patch.drafter.JsonDrafter"
+REPLAY_DRAFTER = "dspark_bench.engine_patch.replay.ReplayDrafter"
 
 
 class VersionError(RuntimeError):
@@ -74,16 +77,17 @@ def require_supported_vllm(found: str | None) -> None:
 class Drafter:
     """Where draft tokens come from; the target model verifies them all, so output does not change."""
 
-    method: str  # "dspark" | "draft_model" | "structure" | "ngram" | "off"
+    method: str  # "dspark" | "draft_model" | "structure" | "ngram" | "replay" | "off"
     reason: str
     draft_model: str | None = None
 
     def speculative_config(self, length: int) -> dict | None:
         if self.method == "off":
             return None
-        if self.method == "structure":
-            # The drafter shortens its own drafts under load (dspark_bench.engine_patch.drafter.draft_length).
-            return {"method": "custom_class", "model": STRUCTURE_DRAFTER, "num_speculative_tokens": length}
+        if self.method in ("structure", "replay"):
+            # These drafters shorten their own drafts under load (dspark_bench.engine_patch.drafter.draft_length).
+            drafter = STRUCTURE_DRAFTER if self.method == "structure" else REPLAY_DRAFTER
+            return {"method": "custom_class", "model": drafter, "num_speculative_tokens": length}
         config: dict = {"method": self.method, "num_speculative_tokens": length}
         if self.method == "ngram":
             config.update(NGRAM_LOOKUP)
@@ -153,6 +157,8 @@ def select_drafter(model_dir: str | None, gpu: bool, choice: str = "auto", draft
         return Drafter("draft_model", f"small draft model {Path(draft).name} ({source}), fewer drafts under load", draft)
     if choice == "ngram":
         return Drafter("ngram", "prompt-copy drafts only (vLLM's ngram), fewer drafts under load")
+    if choice == "replay":
+        return Drafter("replay", "replays this server's earlier answers after the same context, fewer drafts under load")
     if choice == "off":
         return Drafter("off", "speculation switched off (--dspark-drafter off)")
     why = "chosen" if choice == "structure" else ("no GPU" if not gpu else "no DSpark weights") + " and no draft model"

@@ -28,6 +28,7 @@ class Arm:
     server_args: tuple[str, ...] = ()
     launcher: str = "vllm"  # "vllm" (stock OpenAI server), "dspark" (the engine patch), or a command line
     mode: Mode | None = None  # forces a mode (baseline: prompt only); None = the run's mode
+    primed: bool = False  # sent every prompt of the run once before the sweep (a replay drafter then knows each answer)
 
 
 BUILTIN_ARMS: dict[str, Arm] = {
@@ -49,12 +50,31 @@ BUILTIN_ARMS: dict[str, Arm] = {
             ),
             launcher="dspark",
         ),
+        Arm(
+            "oracle",
+            "the speculation ceiling: dspark's settings with a drafter that replays the answers it gave to the "
+            "run's prompts in a priming pass, at no model cost (no drafter can do better at the same length)",
+            server_args=(
+                "--dspark-enabled",
+                "--response-format",
+                "json",
+                "--enable-prefix-caching",
+                "--dspark-speculative-length",
+                "12",
+                "--dspark-drafter",
+                "replay",
+            ),
+            launcher="dspark",
+            primed=True,
+        ),
     )
 }
 
 # Every speed-up (summary column, report, gate) is a ratio to this arm of the same run: stock vLLM asked
 # for JSON the same way as the arm under test, so a ratio measures the server, not the request.
 REFERENCE_ARM = "baseline-constrained"
+# The ceiling: an arm's "speculation efficiency" is its throughput as a share of this arm's, level by level.
+ORACLE_ARM = "oracle"
 
 
 def vllm_launcher() -> list[str]:

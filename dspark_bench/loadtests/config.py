@@ -32,6 +32,7 @@ class RunConfig:
     rates: tuple[float, ...] = ()  # open loop instead: requests per second per level (levels then unused)
     arrival: str = "poisson"  # open loop: poisson or constant gaps
     max_concurrency: int = 256  # open loop: users sending the due requests, the cap on requests in flight
+    workers: int = 0  # Locust worker processes that send the requests (0: the users run in the sweep's process)
     requests_per_level: int = 200
     warmup_requests: int = 2
     repeats: int = 1
@@ -82,6 +83,7 @@ _SHAPES: dict[str, type | tuple[type, ...]] = {
     "slo": dict,
     "arrival": str,
     "max_concurrency": int,
+    "workers": int,
 }
 _EXAMPLES = {
     "model": "models/tiny-json",
@@ -107,6 +109,7 @@ _EXAMPLES = {
     "rates": "1, 2, 4, 8",
     "arrival": "poisson",
     "max_concurrency": "256",
+    "workers": "2",
     "server_args": "--dtype, bfloat16",
 }
 
@@ -118,11 +121,15 @@ def _fail(setting: str, problem: str, fix: str) -> None:
 def _parse_arm(raw: Any) -> Arm:
     if not isinstance(raw, dict) or "name" not in raw:
         _fail("custom_arms", f"{raw!r} is not a mapping with a name", "write '- {name: x, server_args: [...], mode: prompt}'")
-    unknown = set(raw) - {"name", "description", "server_args", "launcher", "mode"}
+    unknown = set(raw) - {"name", "description", "server_args", "launcher", "mode", "primed"}
     if unknown:
         _fail(
-            f"custom_arms.{raw['name']}", f"unknown keys {sorted(unknown)}", "use name, description, server_args, launcher, mode"
+            f"custom_arms.{raw['name']}",
+            f"unknown keys {sorted(unknown)}",
+            "use name, description, server_args, launcher, mode, primed",
         )
+    if not isinstance(raw.get("primed", False), bool):
+        _fail(f"custom_arms.{raw['name']}.primed", f"{raw['primed']!r} is not true or false", "write primed: true")
     mode = raw.get("mode")
     if mode is not None and mode not in {m.value for m in Mode}:
         _fail(f"custom_arms.{raw['name']}.mode", f"unknown mode {mode!r}", "use prompt, json_object or json_schema")
@@ -132,6 +139,7 @@ def _parse_arm(raw: Any) -> Arm:
         server_args=tuple(str(a) for a in raw.get("server_args", ())),
         launcher=str(raw.get("launcher", "vllm")),
         mode=Mode(mode) if mode else None,
+        primed=raw.get("primed", False),
     )
 
 
@@ -205,6 +213,8 @@ def validate_config(config: RunConfig) -> RunConfig:
         _fail("rates", f"{list(rates)!r} are not positive requests per second", "write e.g. rates: [0.5, 1, 2, 4]")
     if config.arrival not in ("poisson", "constant"):
         _fail("arrival", f"unknown arrival process {config.arrival!r}", "use poisson (default) or constant")
+    if not isinstance(config.workers, int) or isinstance(config.workers, bool) or not 0 <= config.workers <= 64:
+        _fail("workers", f"{config.workers!r} is not a number of processes from 0 to 64", "write e.g. workers: 2 (0: no workers)")
     if not isinstance(config.max_concurrency, int) or config.max_concurrency < 1:
         _fail("max_concurrency", f"{config.max_concurrency!r} is not an integer >= 1", "write e.g. max_concurrency: 256")
     if not rates and isinstance(config.requests_per_level, int) and isinstance(config.warmup_requests, int):

@@ -3,15 +3,16 @@
     locust -f dspark_bench/loadtests/locustfile.py --host http://127.0.0.1:8000 --scenario order_extraction \\
         --mode json_object --run-dir runs/ui
 
-Only Locust's hooks live here: our command-line options, where records go (the master alone writes the
-run folder; workers forward theirs), and a fresh plan at each swarm's start (the host may come from the
-web UI's form; without one the swarm stops with one line saying so). The user itself is ``loadtests.user``; the sweep drives it without
-this file.
+Only Locust's hooks live here: our command-line options (``--rate`` for an open loop, also in the web
+UI's form), where records go (the master alone writes the run folder; workers forward theirs), and a
+fresh plan at each swarm's start (the host may come from the web UI's form; without one the swarm
+stops with one line saying so). With workers the master makes the plan and hands each worker its part
+once they have their users (``loadtests.workers``, which the sweep's ``--workers`` uses too). The user
+itself is ``loadtests.user``; the sweep drives it without this file.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from pathlib import Path
@@ -23,13 +24,14 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from dspark_bench.loadtests import ui_stats  # noqa: F401 - registers the web UI's JSON tab and its worker reports
 from dspark_bench.loadtests.openai_api import MAX_TOKENS, REQUEST_TIMEOUT_S
-from dspark_bench.loadtests.plan import LevelPlan, PlanSlot
+from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot
 from dspark_bench.loadtests.records import RECORD_MESSAGE, ForwardingSink, RecordSink, RequestRecord, RunFolderSink
 from dspark_bench.loadtests.user import ChatCompletionsUser
+from dspark_bench.loadtests.workers import PLAN_MESSAGE, USER_CLASS, plan_from_message, send_plans
 from dspark_bench.scenarios import Mode, Split, load_scenario
 
 SLOT = PlanSlot()
-JsonUser = ChatCompletionsUser.bound_to(SLOT, "JsonUser")
+JsonUser = ChatCompletionsUser.bound_to(SLOT, USER_CLASS)
 
 
 @events.init_command_line_parser.add_listener
@@ -43,9 +45,14 @@ def _add_arguments(parser) -> None:
     group.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT_S)
     group.add_argument("--run-dir", default="runs/locust-ui", help="where requests.jsonl and responses/ go")
     group.add_argument("--api-key-env", default="", help="environment variable holding the server's API key (bearer)")
+    group.add_argument(
+        "--rate", type=float, default=0.0, help="open loop: requests per second, whatever the answers do (0: closed loop, one request per user at a time)"
+    )
+    group.add_argument("--arrival", default="poisson", choices=["poisson", "constant"], help="open loop: arrival process")
 
 
 SINKS: dict[int, RecordSink] = {}  # per Environment: where this process's records go
+ENVIRONMENTS: dict[int, object] = {}  # per id: the Environments seen at init (spawning_complete names none)
 
 
 @events.init.add_listener
@@ -54,9 +61,15 @@ def _sink_from_cli(environment, **_kwargs) -> None:
     if options is None or not hasattr(options, "scenario"):
         return
     load_scenario(options.scenario)  # a wrong name fails at start-up, with the known ones
+    ENVIRONMENTS[id(environment)] = environment
     runner = environment.runner
-    if isinstance(runner, WorkerRunner):
-        SINKS[id(environment)] = ForwardingSink(runner)
+    if isinstance(runner, WorkerRunner):  # its plan comes from the master (the sweep's, or Locust's CLI)
+        sink = SINKS[id(environment)] = ForwardingSink(runner)
+
+        def take_plan(msg, **_kw) -> None:
+            SLOT.set(plan_from_message(msg.data, sink)) if msg.data else SLOT.clear()
+
+        runner.register_message(PLAN_MESSAGE, take_plan)
         return
     sink = RunFolderSink(Path(options.run_dir))
     SINKS[id(environment)] = sink
@@ -64,8 +77,8 @@ def _sink_from_cli(environment, **_kwargs) -> None:
 
         def receive(msg, **_kw) -> None:  # Locust passes the message as msg=
             record = RequestRecord.from_dict(msg.data)
-            # a worker knows only its share of the users; the run's level is the master's count
-            record.level = getattr(runner, "target_user_count", None) or runner.user_count or record.level
+            if not options.rate:  # a closed loop's level is the master's user count, not a worker's share
+                record.level = getattr(runner, "target_user_count", None) or runner.user_count or record.level
             sink.write(record)
 
         runner.register_message(RECORD_MESSAGE, receive)
@@ -75,8 +88,8 @@ def _sink_from_cli(environment, **_kwargs) -> None:
 def _plan_from_cli(environment, **_kwargs) -> None:
     """Each swarm gets a fresh plan; the host may have been typed into the web UI's form just now."""
     options = environment.parsed_options
-    if options is None or not hasattr(options, "scenario") or isinstance(environment.runner, MasterRunner):
-        return  # the master sends no requests: its workers plan their own
+    if options is None or not hasattr(options, "scenario") or isinstance(environment.runner, WorkerRunner):
+        return  # a worker takes its part of the master's plan
     if not environment.host:
         message = "no host to send requests to: give --host http://HOST:PORT, or fill in Host in the web UI"
         _fail_swarm(environment, message)
@@ -91,20 +104,46 @@ def _plan_from_cli(environment, **_kwargs) -> None:
         _fail_swarm(environment, message)
         return
     start, stop = scenario.splits[Split.EVAL]
-    SLOT.set(
-        LevelPlan(
-            arm=options.arm,
-            level=0,
-            mode=Mode(options.mode) if scenario.is_json else Mode.TEXT,
-            model=model,
-            samples=list(itertools.islice(scenario.samples(Split.EVAL, min(1000, stop - start)), 1000)),
-            sink=SINKS[id(environment)],
-            count=None,
-            max_tokens=options.max_tokens,
-            timeout_s=options.request_timeout,
-            headers=headers,
-        )
+    plan = LevelPlan(
+        arm=options.arm,
+        level=options.rate or 0,
+        mode=Mode(options.mode) if scenario.is_json else Mode.TEXT,
+        model=model,
+        samples=list(scenario.samples(Split.EVAL, min(1000, stop - start))),
+        sink=SINKS[id(environment)],
+        count=None,
+        max_tokens=options.max_tokens,
+        timeout_s=options.request_timeout,
+        headers=headers,
+        arrivals=Arrivals(options.rate, options.arrival == "poisson") if options.rate else None,
+        sample_source=(options.scenario, 0),
     )
+    if isinstance(environment.runner, MasterRunner):
+        PENDING[id(environment)] = plan  # sent once the workers have their users (spawning_complete)
+    else:
+        SLOT.set(plan)
+
+
+PENDING: dict[int, LevelPlan] = {}  # per master Environment: the swarm's plan, not yet sent to its workers
+
+
+@events.spawning_complete.add_listener
+def _plan_to_workers(user_count: int, **_kwargs) -> None:
+    """Give each worker its part of the swarm's plan, once, when they report their users (a later change of
+    users in the web UI keeps the plan: new users on a worker share its tickets)."""
+    for environment_id, plan in list(PENDING.items()):
+        environment = ENVIRONMENTS.get(environment_id)
+        if environment is not None and isinstance(environment.runner, MasterRunner):
+            send_plans(environment.runner, plan)
+        PENDING.pop(environment_id, None)
+
+
+@events.test_stop.add_listener
+def _withdraw_plan(environment, **_kwargs) -> None:
+    """Workers drop the stopped swarm's plan: users of the next swarm wait for the next one."""
+    if isinstance(environment.runner, MasterRunner):
+        PENDING.pop(id(environment), None)
+        environment.runner.send_message(PLAN_MESSAGE, None)
 
 
 def _fail_swarm(environment, message: str) -> None:

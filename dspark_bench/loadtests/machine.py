@@ -150,14 +150,28 @@ def _group_cpu_s(pgids: set[int]) -> float:
     return total / _TICK
 
 
-def cpu_snapshot(server_pgids: Iterable[int]) -> CpuSnapshot | None:
-    """None where /proc is not there to read (not Linux)."""
+def cpu_snapshot(server_pgids: Iterable[int], worker_pgids: Iterable[int] = ()) -> CpuSnapshot | None:
+    """None where /proc is not there to read (not Linux). The harness is this process and the process
+    groups of its Locust workers."""
     try:
         busy, steal = _machine_times()
         times = os.times()
-        return CpuSnapshot(time.monotonic(), busy, steal, _group_cpu_s(set(server_pgids)), times.user + times.system)
+        harness = times.user + times.system + _group_cpu_s(set(worker_pgids))
+        return CpuSnapshot(time.monotonic(), busy, steal, _group_cpu_s(set(server_pgids)), harness)
     except (OSError, ValueError, IndexError):
         return None
+
+
+def client_load(before: CpuSnapshot | None, after: CpuSnapshot | None, requests: int, senders: int = 1) -> dict[str, float | None]:
+    """The load generator's CPU seconds per request, and the share of a core each of its ``senders``
+    (processes that send requests) used on average over the span. Pure."""
+    if before is None or after is None or after.at <= before.at:
+        return {"client_cpu_s_per_request": None, "client_cpu_share": None}
+    cpu_s = after.harness_s - before.harness_s
+    return {
+        "client_cpu_s_per_request": cpu_s / max(1, requests),
+        "client_cpu_share": cpu_s / (after.at - before.at) / max(1, senders),
+    }
 
 
 def cpu_noise(before: CpuSnapshot | None, after: CpuSnapshot | None, cores: int | None = None) -> dict[str, float]:

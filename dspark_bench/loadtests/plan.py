@@ -60,6 +60,12 @@ class LevelPlan:
     headers: dict[str, str] = field(default_factory=dict)
     arrivals: Arrivals | None = None  # open loop: when each ticket is due; None: a closed loop
     users: int | None = None  # open loop: users that send the due requests (the cap on requests in flight)
+    # Locust workers share a level: each takes the tickets whose number modulo ``cycle`` is in its ``slots``,
+    # so together they send the same requests, at the same due times, as one process would.
+    slots: tuple[int, ...] = (0,)
+    cycle: int = 1
+    sample_source: tuple[str, int] | None = None  # (scenario, offset) the samples came from, for workers to rebuild
+    start_at: float | None = None  # open loop: when ticket 0 is due (workers share it); None: at the first ticket
     aborted: str | None = None
     records: list[RequestRecord] = field(default_factory=list)  # this level's completed requests, in order
     _issued: int = 0
@@ -69,13 +75,16 @@ class LevelPlan:
     def next_ticket(self) -> tuple[Sample, bool, int] | None:
         """(sample, is warm-up, ticket number), or None once the level has issued all its requests."""
         with self._lock:
-            total = None if self.count is None else self.warmup + self.count
-            if self.aborted or (total is not None and self._issued >= total):
+            total = self.total
+            if not self.slots:
                 return None
-            index = self._issued
+            turn, slot = divmod(self._issued, len(self.slots))
+            index = turn * self.cycle + self.slots[slot]
+            if self.aborted or (total is not None and index >= total):
+                return None
             self._issued += 1
             if self.arrivals is not None and not self._due:
-                start = time.time()
+                start = self.start_at if self.start_at is not None else time.time()
                 self._due = [start + offset for offset in self.arrivals.offsets(total or 1_000_000)]
         return self.samples[index % len(self.samples)], index < self.warmup, index
 
@@ -119,6 +128,11 @@ class PlanSlot:
     def set(self, plan: LevelPlan) -> None:
         self._plan, self.failure = plan, None
         self._ready.set()
+
+    def clear(self) -> None:
+        """No plan until the next ``set``: users started meanwhile wait instead of taking a finished one."""
+        self._plan, self.failure = None, None
+        self._ready.clear()
 
     def fail(self, reason: str) -> None:
         self._plan, self.failure = None, reason

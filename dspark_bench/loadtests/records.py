@@ -94,6 +94,16 @@ class RunFolderSink:
             self._file.close()
 
 
+class DiscardingSink:
+    """For requests nobody measures (an arm's priming pass): the plan counts them, no file keeps them."""
+
+    def write(self, record: RequestRecord) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 RECORD_MESSAGE = "dspark_record"  # Locust custom message: a worker's record for the master's sink
 
 

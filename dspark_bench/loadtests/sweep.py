@@ -1,14 +1,14 @@
 """The paired sweep: every arm at level 1, then every arm at level 2, ... so drift hits all arms alike.
 
-Each level runs Locust in-process (closed loop, all users spawned at once) until exactly N measured
-requests have completed. Results are rewritten after every level, so a run that dies keeps what it
+Each level runs Locust users (all spawned at once), in this process or on Locust workers
+(``loadtests.workers``), until exactly N measured requests have completed. Arms that learn answers (the
+oracle) are sent every prompt once before the sweep. Results are rewritten after every level, so a run that dies keeps what it
 measured, marked incomplete.
 """
 
 from __future__ import annotations
 
 import logging
-import resource
 import time
 from pathlib import Path
 
@@ -19,15 +19,16 @@ from locust.env import Environment
 from dspark_bench.loadtests.arms import make_deployer, server_specs
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
-from dspark_bench.loadtests.machine import cpu_noise, cpu_snapshot, noise_problems
+from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, noise_problems
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_metrics, level_problems
 from dspark_bench.loadtests.openai_api import chat_body
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot
-from dspark_bench.loadtests.records import RunFolderSink
+from dspark_bench.loadtests.records import DiscardingSink, RunFolderSink
 from dspark_bench.loadtests.results import LevelResult, RunResults, arm_facts
 from dspark_bench.loadtests.server_metrics import delta, scrape
 from dspark_bench.loadtests.user import ChatCompletionsUser
-from dspark_bench.scenarios import Mode, Split, load_scenario
+from dspark_bench.loadtests.workers import WorkerError, WorkerPool
+from dspark_bench.scenarios import Mode, Sample, Scenario, Split, load_scenario
 
 STALLED_WARNING = 0.1  # share of streams read in one piece above which a level's timings are suspect
 FAILED_LEVEL_SHARE = 0.5  # a level where more requests than this failed (HTTP error, timeout) stops the run
@@ -62,17 +63,29 @@ def _label(plan: LevelPlan) -> str:
     return f"r={plan.level:g}/s" if plan.arrivals else f"c={plan.level:g}"
 
 
-def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_every_s: float = 5.0) -> None:
-    """Drive one arm at one concurrency level until the plan is done; raises RunAborted on trouble."""
-    env = Environment(user_classes=[ChatCompletionsUser.bound_to(PlanSlot(plan))], host=endpoint.base_url)
-    runner = env.create_local_runner()
+def run_level(
+    endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_every_s: float = 5.0, pool: WorkerPool | None = None
+) -> None:
+    """Drive one arm at one level until the plan is done, with users in this process or on ``pool``'s
+    Locust workers; raises RunAborted on trouble."""
     started = time.time()
     users = plan.user_count
-    runner.start(users, spawn_rate=users * 1000)  # all users at once, no ramp-up
+    if pool is None:
+        env = Environment(user_classes=[ChatCompletionsUser.bound_to(PlanSlot(plan))], host=endpoint.base_url)
+        runner = env.create_local_runner()
+        runner.start(users, spawn_rate=users * 1000)  # all users at once, no ramp-up
+    else:
+        try:
+            pool.start(endpoint.base_url, plan)
+        except WorkerError as exc:
+            raise RunAborted(f"arm '{plan.arm}': level {_label(plan)}: {exc}") from None
     last_print = started
     try:
         while True:
             gevent.sleep(0.2)
+            if pool is not None and (problem := pool.problem()):
+                plan.aborted = "worker died"
+                raise RunAborted(f"arm '{plan.arm}': level {_label(plan)}: {problem}")
             if not endpoint.alive():
                 plan.aborted = "server died"
                 raise RunAborted(
@@ -84,7 +97,7 @@ def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_ev
                     f"arm '{plan.arm}': level {_label(plan)} did not finish within {timeout_s:.0f}s "
                     "(raise level_timeout_s, or lower requests_per_level)"
                 )
-            if runner.user_count == 0 and not plan.finished() and time.time() - started > 5:
+            if (pool or runner).user_count == 0 and not plan.finished() and time.time() - started > 5:
                 # every user stopped without finishing: they could not even take tickets
                 raise RunAborted(f"arm '{plan.arm}': all users stopped at {_label(plan)}")
             if plan.finished():
@@ -93,26 +106,24 @@ def run_level(endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_ev
                 print(_progress(plan, started), flush=True)
                 last_print = time.time()
     finally:
-        runner.quit()
-        env.runner = None
+        if pool is None:
+            runner.quit()
+            env.runner = None
+        else:
+            pool.stop()
     print(_progress(plan, started) + "  done", flush=True)
 
 
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, scenario: str) -> None:
+def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, scenario: str, pool: WorkerPool | None) -> None:
     """Run one level and append its result (also when it stopped early, then marked incomplete)."""
     config = results.config
     before = scrape(endpoint.base_url, endpoint.headers())
-    cpu_before, wall_before = _cpu_s(), time.monotonic()
-    snapshot = cpu_snapshot(results.server_pgids)
+    harness = pool.pgids if pool else []
+    snapshot = cpu_snapshot(results.server_pgids, harness)
     try:
-        run_level(endpoint, plan, config.level_timeout_s)
+        run_level(endpoint, plan, config.level_timeout_s, pool=pool)
     finally:
-        cpu_s, wall_s = _cpu_s() - cpu_before, time.monotonic() - wall_before
+        after = cpu_snapshot(results.server_pgids, harness)
         result = LevelResult(
             plan.arm,
             scenario,
@@ -124,10 +135,10 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
         )
         metrics = result.metrics
         metrics["incomplete"] = plan.aborted is not None or not plan.finished()
-        # the load generator's own cost: CPU seconds of this process per request, and its share of one core
-        metrics["client_cpu_s_per_request"] = cpu_s / max(1, plan.completed)
-        metrics["client_cpu_share"] = cpu_s / wall_s if wall_s > 0 else None
-        noise = cpu_noise(snapshot, cpu_snapshot(results.server_pgids))
+        # the load generator's own cost (this process and its workers): CPU seconds per request, and the
+        # share of a core each of its load-sending processes used
+        metrics.update(client_load(snapshot, after, plan.completed, senders=pool.count if pool else 1))
+        noise = cpu_noise(snapshot, after)
         metrics.update(noise)
         if noisy := noise_problems(noise):
             print(f"  warning: {_label(plan)} of arm '{plan.arm}' ran beside other work: {'; '.join(noisy)}", flush=True)
@@ -187,6 +198,35 @@ def smoke_test(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
         )
 
 
+PRIMING_USERS = 8
+
+
+def level_samples(config: RunConfig, scenario: Scenario, level_index: int) -> tuple[list[Sample], int]:
+    """A level's prompts (warm-up and measured) and their offset in the scenario's eval split: fresh for
+    each level (no cross-level prefix-cache hits), the same for every arm and repeat."""
+    per_level = config.warmup_requests + config.requests_per_level
+    offset = (level_index * per_level) % 50_000
+    return list(scenario.samples(Split.EVAL, per_level, offset=offset)), offset
+
+
+def prime(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
+    """Send every prompt of the run to ``arm`` once, unmeasured, before the sweep (the oracle arm: its
+    replay drafter then knows the answer to each). The prompts also sit in its prefix cache afterwards,
+    as every arm's do from the second repeat on."""
+    for scenario_name in config.scenarios:
+        scenario = load_scenario(scenario_name)
+        samples = [s for index in range(len(config.rates or config.levels)) for s in level_samples(config, scenario, index)[0]]
+        print(f"priming arm '{arm}' with the run's {len(samples)} {scenario.name} prompts (unmeasured) ...", flush=True)
+        mode = config.arm_mode(config.arm(arm)) if scenario.is_json else Mode.TEXT
+        plan = LevelPlan(
+            arm, PRIMING_USERS, mode, endpoint.model, samples, DiscardingSink(), len(samples),
+            max_tokens=config.max_tokens, temperature=config.temperature, timeout_s=config.request_timeout_s,
+            headers=endpoint.headers(),
+        )  # fmt: skip
+        run_level(endpoint, plan, config.level_timeout_s, progress_every_s=30.0)
+        _stop_if_failing(plan)
+
+
 def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
     """Deploy the arms, run the interleaved sweep, write results after every level. Always stops servers."""
     results = RunResults(run_dir, config)
@@ -194,6 +234,7 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
     sink = RunFolderSink(run_dir)
     arms = list(config.arms)
     deployer: Deployer | None = None
+    pool: WorkerPool | None = None
     endpoints: dict[str, Endpoint] = {}
     try:
         deployer = make_deployer(config, run_dir)
@@ -207,15 +248,22 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
         results.write()
         for name, endpoint in endpoints.items():
             smoke_test(endpoint, config, name)
+        for name, endpoint in endpoints.items():
+            if config.arm(name).primed:
+                prime(endpoint, config, name)
+        if config.workers:
+            print(f"starting {config.workers} Locust worker process(es) ...", flush=True)
+            try:
+                pool = WorkerPool(config.workers, run_dir / "logs")
+            except WorkerError as exc:
+                raise RunAborted(str(exc)) from None
         # Repeats are the outer loop: a level's repeats fall at different times of the run, so slow drift
         # of the machine shows in their spread (and in the intervals) instead of hiding between runs.
         for repeat in range(config.repeats):
             for scenario_name in config.scenarios:
                 scenario = load_scenario(scenario_name)
-                per_level = config.warmup_requests + config.requests_per_level
                 for level_index, level in enumerate(config.rates or config.levels):
-                    # Fresh prompts for each level (no cross-level prefix-cache hits), the same for every arm.
-                    samples = list(scenario.samples(Split.EVAL, per_level, offset=(level_index * per_level) % 50_000))
+                    samples, offset = level_samples(config, scenario, level_index)
                     order = arms if (level_index + repeat) % 2 == 0 else arms[::-1]  # alternate who goes first
                     for arm_name in order:
                         endpoint = endpoints[arm_name]
@@ -237,8 +285,9 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                             if config.rates
                             else None,
                             users=config.max_concurrency if config.rates else None,
+                            sample_source=(scenario_name, offset),
                         )
-                        _measure_level(results, endpoint, plan, scenario.name)
+                        _measure_level(results, endpoint, plan, scenario.name, pool)
         results.complete = True
     except (RunAborted, DeployError) as exc:
         results.error = str(exc).splitlines()[0]
@@ -252,6 +301,8 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
     finally:
         results.write()
         sink.close()
+        if pool is not None:
+            pool.close()
         if deployer is not None:
             deployer.stop_all()
     return results

@@ -28,20 +28,30 @@ API_KEY_ENV = "DSPARK_BENCH_API_KEY"  # how the arm's API key (URL or GPUStack a
 
 
 def locust_command(
-    config: RunConfig, arm: str, base_url: str, model: str, run_dir: Path, web_port: int, workers: int
+    config: RunConfig,
+    arm: str,
+    base_url: str,
+    model: str,
+    run_dir: Path,
+    web_port: int,
+    workers: int,
+    rate: float = 0.0,
+    arrival: str = "poisson",
 ) -> list[str]:
     scenario = config.scenarios[0]
     mode = config.arm_mode(config.arm(arm)).value
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", base_url, "--web-host", "127.0.0.1"]
     command += ["--web-port", str(web_port), "--scenario", scenario, "--mode", mode, "--arm", arm]
     command += ["--served-model", model, "--max-tokens", str(config.max_tokens), "--run-dir", str(run_dir)]
-    command += ["--api-key-env", API_KEY_ENV]
+    command += ["--api-key-env", API_KEY_ENV, "--rate", str(rate), "--arrival", arrival]
     if workers > 0:
         command += ["--processes", str(workers)]
     return command
 
 
-def run_ui(config: RunConfig, arm: str, web_port: int = 8089, workers: int = 0) -> tuple[int, Path, dict[str, Any]]:
+def run_ui(
+    config: RunConfig, arm: str, web_port: int = 8089, workers: int = 0, rate: float = 0.0, arrival: str = "poisson"
+) -> tuple[int, Path, dict[str, Any]]:
     """Serve ``arm`` and run Locust's web UI until it exits; (Locust's exit status, run folder, arm facts)."""
     run_dir = Path(config.output_dir) / (config.run_name or datetime.now().strftime("ui-%Y%m%d-%H%M%S"))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -52,7 +62,7 @@ def run_ui(config: RunConfig, arm: str, web_port: int = 8089, workers: int = 0) 
         print(f"starting arm {arm} ...", flush=True)
         endpoint = deployer.start_many(server_specs(config, [arm]))[0]
         arms[arm] = arm_facts(config, endpoint)
-        command = locust_command(config, arm, endpoint.base_url, endpoint.model, run_dir, web_port, workers)
+        command = locust_command(config, arm, endpoint.base_url, endpoint.model, run_dir, web_port, workers, rate, arrival)
         print(f"Locust web UI: http://127.0.0.1:{web_port}  (the JSON tab has our figures; Ctrl-C here to finish)", flush=True)
         # the key travels in the environment, never on a command line
         process = subprocess.Popen(

@@ -6,10 +6,11 @@ from typing import Any
 
 import pandas as pd
 
-from dspark_bench.loadtests.arms import REFERENCE_ARM
+from dspark_bench.loadtests.arms import ORACLE_ARM, REFERENCE_ARM
 from dspark_bench.loadtests.results import levels_frame
 
 SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective tok/s over the reference arm's, same scenario and level
+EFFICIENCY_COLUMN = f"share of {ORACLE_ARM}"  # speculation efficiency: effective tok/s over the ceiling's
 SUMMARY_COLUMNS = {
     "effective_tok_s": "eff tok/s",
     "raw_tok_s": "raw tok/s",
@@ -44,13 +45,20 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
     if "level_valid" in df:  # a (scenario, level, arm) with any repeat that did not hold its load is flagged
         valid = df.groupby(["scenario", "level", "arm"], sort=True)["level_valid"].all().reset_index(drop=True)
         grouped["level ok"] = ["yes" if ok else "NO" for ok in valid]
-    reference = grouped[grouped["arm"] == REFERENCE_ARM].set_index(["scenario", "level"])["effective_tok_s"]
+    grouped[SPEEDUP_COLUMN] = _ratio_to(grouped, REFERENCE_ARM)
+    if ORACLE_ARM in set(grouped["arm"]):
+        grouped[EFFICIENCY_COLUMN] = _ratio_to(grouped, ORACLE_ARM)
+    return grouped.rename(columns=SUMMARY_COLUMNS)
+
+
+def _ratio_to(grouped: pd.DataFrame, arm: str) -> list[float]:
+    """Each row's effective tok/s over ``arm``'s at the same scenario and level (NaN where it has none)."""
+    base = grouped[grouped["arm"] == arm].set_index(["scenario", "level"])["effective_tok_s"]
     keys = list(zip(grouped["scenario"], grouped["level"], strict=True))
-    grouped[SPEEDUP_COLUMN] = [
-        (value / reference[key]) if key in reference.index and reference[key] else float("nan")
+    return [
+        (value / base[key]) if key in base.index and base[key] else float("nan")
         for value, key in zip(grouped["effective_tok_s"], keys, strict=True)
     ]
-    return grouped.rename(columns=SUMMARY_COLUMNS)
 
 
 def format_summary(summary: pd.DataFrame) -> str:
