@@ -6,13 +6,14 @@
 # benchmark puts OUT on the suffix arm's PYTHONPATH (benchmarks/dspark/peers/config.yaml).
 #   usage: studies/suffix_peer/build.sh [OUT]        env: PYTHON (default .venv/bin/python)
 set -euo pipefail
-PY=$(realpath "${PYTHON:-.venv/bin/python}")
+PYTHON=${PYTHON:-.venv/bin/python}
+PY="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")"  # absolute, but still the venv's (no symlink resolved)
 OUT=${1:-build/arctic-suffix}
 VERSION=0.3.0
 NANOBIND=2.9.2  # the version arctic-inference 0.3.0's pyproject pins
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$PY" -m pip download -q --no-deps --no-binary :all: "arctic-inference==$VERSION" -d "$work"
+"$PY" -m pip download -q --no-deps --no-build-isolation --no-binary :all: "arctic-inference==$VERSION" -d "$work"
 tar xzf "$work/arctic_inference-$VERSION.tar.gz" -C "$work"
 "$PY" -m pip install -q --target "$work/nanobind" "nanobind==$NANOBIND"
 src="$work/arctic_inference-$VERSION"
