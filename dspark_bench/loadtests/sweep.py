@@ -143,7 +143,8 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
         if noisy := noise_problems(noise):
             print(f"  warning: {_label(plan)} of arm '{plan.arm}' ran beside other work: {'; '.join(noisy)}", flush=True)
         if plan.arrivals is not None:
-            problems = level_problems(plan.level, metrics["achieved_rate"], metrics["client_cpu_share"], plan.arrivals.rate)
+            target = metrics["scheduled_rate"] or plan.arrivals.rate
+            problems = level_problems(plan.level, metrics["achieved_rate"], metrics["client_cpu_share"], target)
         else:
             problems = level_problems(plan.level, metrics["achieved_concurrency"], metrics["client_cpu_share"])
         metrics["level_valid"] = not problems

@@ -131,3 +131,24 @@ def test_chunk_times_give_one_gap_per_chunk():
     ]
     result = consume_sse(lines, lambda: next(clock))
     assert result.chunk_times == [1.0, 1.010, 1.030]
+
+
+def test_an_open_loop_is_held_to_its_own_schedule_not_the_nominal_rate():
+    """A seeded Poisson schedule of 32 requests at 2/s really asks for ~1.6/s: a client that sends each
+    request when due is a valid level; one that falls behind its schedule is not."""
+    from dspark_bench.loadtests.metrics import level_problems
+    from dspark_bench.loadtests.plan import Arrivals
+
+    due = Arrivals(2.0, poisson=True, seed=2000).offsets(32)
+
+    def level(lag_per_request: float):
+        records = [rec(t + i * lag_per_request, 0.05, 0.3, 10) for i, t in enumerate(due)]
+        for r, t in zip(records, due, strict=True):
+            r.t_scheduled = t
+        return level_metrics(records)
+
+    on_time, late = level(0.0), level(0.2)
+    assert on_time.scheduled_rate < 1.6  # the schedule itself asks for less than 2/s
+    assert level_problems(2.0, on_time.achieved_rate, 0.1, 2.0) != []  # held to the nominal rate: a false alarm
+    assert level_problems(2.0, on_time.achieved_rate, 0.1, on_time.scheduled_rate) == []
+    assert "achieved rate" in level_problems(2.0, late.achieved_rate, 0.1, late.scheduled_rate)[0]
