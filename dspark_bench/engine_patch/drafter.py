@@ -36,7 +36,9 @@ MIN_SHARE = 0.9
 COPY_NGRAM = (2, 5)  # shortest and longest suffix matched for prompt copy
 WINDOW = 96  # tokens looked back at to rebuild the skeleton
 MAX_MEMORY = 500_000  # contexts kept; the memory restarts when full (it relearns within a few requests)
-VERIFY_BUDGET = int(os.environ.get("DSPARK_VERIFY_BUDGET", "64"))
+BUDGET_ENV = "DSPARK_VERIFY_BUDGET"  # dspark-serve sets it for the engine process (serve.verify_budget)
+DEFAULT_VERIFY_BUDGET = 64
+VERIFY_BUDGET = int(os.environ.get(BUDGET_ENV, str(DEFAULT_VERIFY_BUDGET)))
 
 # Token kinds, from each token's text. *_Q: the same punctuation with a quote in it (only those can end a
 # string value: an address's ", " is part of the value).

@@ -81,7 +81,7 @@ class Drafter:
     reason: str
     draft_model: str | None = None
 
-    def speculative_config(self, length: int) -> dict | None:
+    def speculative_config(self, length: int, budget: int | None = None) -> dict | None:
         if self.method == "off":
             return None
         if self.method in ("structure", "replay"):
@@ -94,17 +94,17 @@ class Drafter:
         if self.method == "draft_model":
             config["model"] = self.draft_model
         if self.method in ("ngram", "draft_model"):
-            config["num_speculative_tokens_per_batch_size"] = load_aware_schedule(length)
+            config["num_speculative_tokens_per_batch_size"] = load_aware_schedule(length, budget=budget)
         return config
 
 
-def load_aware_schedule(length: int, largest_batch: int = 1024) -> list[list[int]]:
+def load_aware_schedule(length: int, largest_batch: int = 1024, budget: int | None = None) -> list[list[int]]:
     """vLLM's dynamic speculative decoding ranges [first, last, k]: fewer drafts as batches grow."""
-    from dspark_bench.engine_patch.drafter import draft_length
+    from dspark_bench.engine_patch.drafter import VERIFY_BUDGET, draft_length
 
     ranges: list[list[int]] = []
     for batch in range(1, largest_batch + 1):
-        k = draft_length(length, batch)
+        k = draft_length(length, batch, budget or VERIFY_BUDGET)
         if ranges and ranges[-1][2] == k:
             ranges[-1][1] = batch
         else:
@@ -194,6 +194,40 @@ def _arg_value(argv: list[str], flag: str) -> str | None:
     return None
 
 
+AMX_VERIFY_BUDGET = 1024  # 12 drafts per request up to 78 running requests
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux); empty where /proc/cpuinfo is not there."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def verify_budget(environ: dict[str, str], flags: set[str], gpu: bool) -> tuple[int, str]:
+    """Token positions one verification step may hold before drafts shrink (the load-aware length), and
+    why: ``DSPARK_VERIFY_BUDGET`` if set; on a CPU with AMX a large budget, since there a step that
+    verifies 64 x 13 positions costs less than the tokens it yields (benchmarks/dspark/verify-budget/);
+    else the default, measured on CPUs without AMX."""
+    from dspark_bench.engine_patch.drafter import BUDGET_ENV, DEFAULT_VERIFY_BUDGET
+
+    if BUDGET_ENV in environ:
+        try:
+            value = int(environ[BUDGET_ENV])
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise FlagError(f"{BUDGET_ENV}={environ[BUDGET_ENV]!r} is not a positive integer; fix: e.g. {BUDGET_ENV}=64, or unset it")
+        return value, f"{BUDGET_ENV}={value}"
+    if not gpu and "amx_bf16" in flags:
+        return AMX_VERIFY_BUDGET, "CPU with AMX: large verification batches are cheap here"
+    return DEFAULT_VERIFY_BUDGET, "default"
+
+
 def _gpu_present() -> bool:
     try:
         import torch
@@ -206,15 +240,22 @@ def _gpu_present() -> bool:
 CPU_BLOCK_SIZE = 32
 
 
-def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list[str], dict]:
-    """The vLLM argv and the status facts for ``options``. Pure apart from reading the model's config."""
+def build(
+    options: DSparkOptions, vllm_argv: list[str], gpu: bool, budget: tuple[int, str] | None = None
+) -> tuple[list[str], dict]:
+    """The vLLM argv and the status facts for ``options``. Pure apart from reading the model's config.
+    ``budget``: (verified positions per step, why), from ``verify_budget``; None: the default."""
     if not options.enabled:
         return vllm_argv, {"enabled": False}
+    if budget is None:
+        from dspark_bench.engine_patch.drafter import DEFAULT_VERIFY_BUDGET
+
+        budget = (DEFAULT_VERIFY_BUDGET, "default")
     drafter = select_drafter(_arg_value(vllm_argv, "--model"), gpu, options.drafter, options.draft_model)
     argv = list(vllm_argv)
     if given := [a for a in argv if _is_speculative_config(a)]:
         raise FlagError(f"--dspark-enabled chooses the speculative config itself; fix: drop {given[0].split('=', 1)[0]}")
-    speculative = drafter.speculative_config(options.speculative_length)
+    speculative = drafter.speculative_config(options.speculative_length, budget[0])
     if speculative:
         argv += ["--speculative-config", json.dumps(speculative)]
     # JSON stays uncompacted: vLLM's disable_any_whitespace covers json_object too, where xgrammar 0.2.8
@@ -237,6 +278,8 @@ def build(options: DSparkOptions, vllm_argv: list[str], gpu: bool) -> tuple[list
         "drafter_reason": drafter.reason,
         "draft_model": drafter.draft_model,
         "speculative_length": options.speculative_length,
+        "verify_budget": budget[0],
+        "verify_budget_reason": budget[1],
         "response_format": options.response_format,
         "prefix_caching": True,
         "block_size": int(block_size) if block_size else None,
@@ -265,7 +308,9 @@ def status_line(facts: dict) -> str:
     )
     return (
         f"DSpark: on; drafter {facts['drafter']} ({facts['drafter_reason']}), up to {facts['speculative_length']} "
-        f"draft tokens; default response format {default}; prefix caching on{blocks}; {schemas}; {counter}"
+        f"draft tokens, fewer past {facts.get('verify_budget', '?')} verified positions per step "
+        f"({facts.get('verify_budget_reason', 'default')}); default response format {default}; prefix caching "
+        f"on{blocks}; {schemas}; {counter}"
     )
 
 
@@ -315,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options, vllm_argv = parse(argv)
         require_supported_vllm(installed_vllm())
-        final_argv, facts = build(options, vllm_argv, _gpu_present())
+        gpu = _gpu_present()
+        budget = verify_budget(dict(os.environ), cpu_flags(), gpu)
+        final_argv, facts = build(options, vllm_argv, gpu, budget)
     except (FlagError, VersionError) as exc:
         print(f"dspark-serve: error: {exc}", file=sys.stderr)
         return 2
@@ -323,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dspark-serve argv: {shlex.join(argv)}", flush=True)
     print(status_line(facts), flush=True)
     os.environ[STATUS_ENV] = json.dumps(facts)
+    if facts.get("enabled"):  # the engine process's drafters (structure, replay) shorten drafts by the same budget
+        from dspark_bench.engine_patch.drafter import BUDGET_ENV
+
+        os.environ[BUDGET_ENV] = str(facts["verify_budget"])
     if facts.get("enabled"):
         # Live state the engine process and the API server share (grammar-forced counts, schemas compiled).
         state_dir = tempfile.mkdtemp(prefix="dspark-")
