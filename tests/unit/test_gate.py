@@ -54,6 +54,18 @@ def test_invalid_rate_and_p95_against_the_reference_run():
     assert not by_check["P95 ms vs reference"].passed and by_check["P95 ms vs reference"].limit == pytest.approx(120)
 
 
+def test_p95_limits_follow_the_machines_speed_through_the_reference_arm():
+    """Stock vLLM (the reference arm) twice as slow as when the reference was recorded: the machine, not
+    a regression; the arm under test is held to twice its reference P95, and fails beyond it."""
+    thresholds = Thresholds(against="base", noise_margin=0.0, max_p95_regression=0.2)
+    reference = _results(_level("base", 8, 100, p95=1000), _level("fast", 8, 200, p95=400))
+    slower_machine = _results(_level("base", 8, 50, p95=2000), _level("fast", 8, 100, p95=900))
+    checks = [c for c in evaluate(slower_machine, thresholds, reference) if c.check == "P95 ms vs reference"]
+    assert [(c.arm, c.passed, c.limit) for c in checks] == [("fast", True, pytest.approx(960))]
+    regressed = _results(_level("base", 8, 50, p95=2000), _level("fast", 8, 60, p95=1100))
+    assert not [c for c in evaluate(regressed, thresholds, reference) if c.check == "P95 ms vs reference"][0].passed
+
+
 def test_noise_margin_is_capped():
     """A spread of 100% must not push the limit to zero: the margin stops at 25%."""
     thresholds = Thresholds(against="base", noise_margin=0.0, min_speedup={"fast": {1: 2.0}})
