@@ -10,7 +10,6 @@ folder. Across machines, start workers yourself with
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from typing import Any
 
 from dspark_bench.loadtests.arms import make_deployer, server_specs
 from dspark_bench.loadtests.config import RunConfig
+from dspark_bench.loadtests.deploy.local import die_with_parent
 from dspark_bench.loadtests.results import arm_facts
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -66,7 +66,8 @@ def run_ui(
         print(f"Locust web UI: http://127.0.0.1:{web_port}  (the JSON tab has our figures; Ctrl-C here to finish)", flush=True)
         # the key travels in the environment, never on a command line
         process = subprocess.Popen(
-            command, env={**os.environ, API_KEY_ENV: endpoint.api_key or ""}, preexec_fn=_die_with_this_process
+            # die_with_parent: a web UI left behind would go on loading the server and the machine
+            command, env={**os.environ, API_KEY_ENV: endpoint.api_key or ""}, preexec_fn=die_with_parent
         )
         try:
             status = process.wait()
@@ -78,15 +79,6 @@ def run_ui(
     finally:
         deployer.stop_all()
     return status, run_dir, arms
-
-
-def _die_with_this_process() -> None:  # runs in the child between fork and exec
-    """Locust gets SIGTERM if this process dies without stopping it (SIGKILL, a crash): a web UI left
-    behind would go on loading the server and the machine."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _stop_locust(process: subprocess.Popen) -> None:

@@ -11,9 +11,6 @@ one process. The message format has one owner: ``plan_message`` / ``plan_from_me
 
 from __future__ import annotations
 
-import ctypes
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +20,7 @@ from typing import Any
 import gevent
 from locust.env import Environment
 
+from dspark_bench.loadtests.deploy.local import die_with_parent, free_port
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot
 from dspark_bench.loadtests.records import RECORD_MESSAGE, RecordSink, RequestRecord
 from dspark_bench.loadtests.user import ChatCompletionsUser
@@ -110,19 +108,6 @@ class WorkerError(RuntimeError):
     """The workers could not start, or one died; the message says which and the end of its log."""
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class WorkerPool:
     """N local Locust workers and the master that drives them, kept for the whole sweep."""
 
@@ -130,7 +115,7 @@ class WorkerPool:
         self.count = count
         self.plan: LevelPlan | None = None
         self.env = Environment(user_classes=[ChatCompletionsUser.bound_to(PlanSlot(), USER_CLASS)])
-        port = _free_port()
+        port = free_port()
         self.runner = self.env.create_master_runner("127.0.0.1", port)
         self.runner.register_message(RECORD_MESSAGE, self._receive)
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +127,7 @@ class WorkerPool:
             with open(log, "ab") as out:  # each worker leads its own process group: its CPU is the harness's
                 self.processes.append(
                     subprocess.Popen(
-                        command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+                        command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
                     )
                 )
         deadline = time.monotonic() + startup_timeout_s

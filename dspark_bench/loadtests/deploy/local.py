@@ -42,12 +42,17 @@ def cpu_server_env(python: str = sys.executable) -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
+def die_with_parent() -> None:  # a preexec_fn: runs in the child between fork and exec
+    """The child gets SIGTERM if its parent dies without stopping it (SIGKILL, a crash)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    die_with_parent()
 
 
 
