@@ -1,8 +1,16 @@
-"""DSpark inside vLLM's engine process: counts the tokens the request's grammar forced.
+"""DSpark inside vLLM's engine processes: counts the tokens the request's grammar forced, and makes
+vLLM 0.32's one-pass (dflash) drafters exact on the CPU.
 
 Loaded through vLLM's ``vllm.general_plugins`` entry point by every vLLM process; it does nothing
 unless ``dspark-serve`` started the server with DSpark on (``DSPARK_STATUS`` and ``DSPARK_STATE_DIR``
 in the environment), so stock vLLM servers on the same installation are untouched.
+
+The dflash fix: a DFlash drafter projects the target's hidden states into every draft layer's keys at
+once and K-normalises them with one grouped call, each layer by its own weight. On the CPU build that
+call applies the first layer's weight to every layer, so any drafter of two or more layers attends
+to mis-scaled context keys and its drafts miss (2-layer drafter for the embedded model: 3.9 accepted
+per step instead of 10.9; ``tests/unit/test_engine_plugin.py``). ``_fix_dflash_context_k_norm``
+normalises layer by layer instead. Verification is untouched either way: only draft quality changes.
 
 A token is *grammar-forced* when the grammar admitted exactly one token at its position: the bitmask
 row vLLM built for that position has a single bit set. The rows are built before the step (one per
@@ -115,10 +123,38 @@ def _install(counter: GrammarForcedCounter) -> None:
     StructuredOutputManager.accept_tokens = counted_accept
 
 
+def normalize_per_layer(rms_norm, keys, weights, eps: float):
+    """Keys [layers, tokens, heads, head_dim], each layer RMS-normalised by its own row of ``weights``."""
+    import torch
+
+    normed = torch.empty_like(keys)
+    for layer in range(keys.shape[0]):
+        rms_norm(normed[layer], keys[layer], weights[layer], eps)
+    return normed
+
+
+def _fix_dflash_context_k_norm() -> None:
+    from vllm import _custom_ops as ops
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu() or getattr(DFlashQwen3Model._normalize_context_k, "_dspark", False):
+        return
+
+    def per_layer(self, all_k):
+        return normalize_per_layer(ops.rms_norm, all_k, self._k_norm_weights, self._rms_norm_eps)
+
+    per_layer._dspark = True  # type: ignore[attr-defined]
+    DFlashQwen3Model._normalize_context_k = per_layer
+
+
 def register() -> None:
-    """vLLM calls this in each of its processes; only the engine process builds grammar bitmasks."""
+    """vLLM calls this in each of its processes; only the engine process builds grammar bitmasks, only
+    the worker runs drafters."""
     state_dir = os.environ.get(STATE_DIR_ENV)
     facts = json.loads(os.environ.get(STATUS_ENV) or "{}")
     if not facts.get("enabled") or not state_dir or not Path(state_dir).is_dir():
         return
+    if facts.get("drafter") == "dflash":
+        _fix_dflash_context_k_norm()
     _install(GrammarForcedCounter(Path(state_dir) / COUNTER_GLOB.replace("*", str(os.getpid()))))

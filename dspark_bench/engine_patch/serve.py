@@ -77,9 +77,10 @@ def require_supported_vllm(found: str | None) -> None:
 class Drafter:
     """Where draft tokens come from; the target model verifies them all, so output does not change."""
 
-    method: str  # "dspark" | "draft_model" | "structure" | "ngram" | "replay" | "off"
+    method: str  # "dspark" | "dflash" | "draft_model" | "structure" | "ngram" | "replay" | "off"
     reason: str
     draft_model: str | None = None
+    block: int | None = None  # dflash: the block the drafter was trained with (next token + drafts)
 
     def speculative_config(self, length: int, budget: int | None = None) -> dict | None:
         if self.method == "off":
@@ -88,13 +89,16 @@ class Drafter:
             # These drafters shorten their own drafts under load (dspark_bench.engine_patch.drafter.draft_length).
             drafter = STRUCTURE_DRAFTER if self.method == "structure" else REPLAY_DRAFTER
             return {"method": "custom_class", "model": drafter, "num_speculative_tokens": length}
-        config: dict = {"method": self.method, "num_speculative_tokens": length}
+        # A block drafter always drafts the block it was trained with (a shorter block changes what each mask
+        # slot attends to); the user's length and the load cap how many of those drafts are verified.
+        drafted = self.block - 1 if self.method == "dflash" and self.block else length
+        config: dict = {"method": self.method, "num_speculative_tokens": drafted}
         if self.method == "ngram":
             config.update(NGRAM_LOOKUP)
-        if self.method == "draft_model":
+        if self.method in ("draft_model", "dflash"):
             config["model"] = self.draft_model
-        if self.method in ("ngram", "draft_model"):
-            config["num_speculative_tokens_per_batch_size"] = load_aware_schedule(length, budget=budget)
+        if self.method in ("ngram", "draft_model", "dflash"):
+            config["num_speculative_tokens_per_batch_size"] = load_aware_schedule(min(length, drafted), budget=budget)
         return config
 
 
@@ -140,6 +144,15 @@ def shipped_draft_model(model_dir: str | None) -> str | None:
     return str(path)
 
 
+def block_drafter_size(draft_dir: str) -> int | None:
+    """The block of a one-pass block drafter (vLLM's ``DFlashDraftModel``: all drafts in one forward pass
+    over the target's hidden states), or None for an ordinary draft model."""
+    config = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
+    if "DFlashDraftModel" not in config.get("architectures", []):
+        return None
+    return int(config.get("block_size") or 0) or None
+
+
 def select_drafter(model_dir: str | None, gpu: bool, choice: str = "auto", draft_model: Path | None = None) -> Drafter:
     """The drafter for ``--dspark-drafter choice`` (auto: the best one this model and machine allow)."""
     native = gpu and has_native_dspark_weights(model_dir)
@@ -154,6 +167,9 @@ def select_drafter(model_dir: str | None, gpu: bool, choice: str = "auto", draft
         return Drafter("dspark", "GPU and a checkpoint with DSpark draft weights: vLLM's native dspark method")
     if choice in ("draft-model", "auto") and draft:
         source = "--dspark-draft-model" if draft_model else f"named by the checkpoint's {DRAFT_MODEL_SIDECAR}"
+        if (block := block_drafter_size(draft)) is not None:
+            why = f"one-pass block drafter {Path(draft).name} ({source}): every draft in one forward pass (vLLM's dflash)"
+            return Drafter("dflash", f"{why}, fewer drafts under load", draft, block)
         return Drafter("draft_model", f"small draft model {Path(draft).name} ({source}), fewer drafts under load", draft)
     if choice == "ngram":
         return Drafter("ngram", "prompt-copy drafts only (vLLM's ngram), fewer drafts under load")

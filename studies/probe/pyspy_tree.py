@@ -1,6 +1,6 @@
 """Share of a py-spy raw profile (`py-spy record -f raw`) under one frame, as a tree.
 
-    .venv/bin/python benchmarks/dspark/probe/pyspy_tree.py PROFILE.txt ANCHOR [DEPTH] [--thread FRAME]
+    .venv/bin/python studies/probe/pyspy_tree.py PROFILE.txt ANCHOR [DEPTH] [--thread FRAME]
 
 ANCHOR: a frame name such as "GPUModelRunner.propose_draft_token_ids"; only stacks through it count.
 --thread FRAME keeps only stacks that contain FRAME (the worker's main loop: worker_busy_loop).
