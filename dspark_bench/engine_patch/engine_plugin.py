@@ -1,5 +1,6 @@
-"""DSpark inside vLLM's engine processes: counts the tokens the request's grammar forced, and makes
-vLLM 0.32's one-pass (dflash) drafters exact on the CPU.
+"""DSpark inside vLLM's engine processes: counts the tokens the request's grammar forced, verifies
+only the drafts each request's own acceptance pays for (``acceptance``), and makes vLLM 0.32's
+one-pass (dflash) drafters exact on the CPU.
 
 Loaded through vLLM's ``vllm.general_plugins`` entry point by every vLLM process; it does nothing
 unless ``dspark-serve`` started the server with DSpark on (``DSPARK_STATUS`` and ``DSPARK_STATE_DIR``
@@ -31,6 +32,7 @@ import numpy as np
 
 from dspark_bench.engine_patch.state import COUNTER_GLOB, STATE_DIR_ENV, STATUS_ENV
 
+ACCEPTANCE_CAP_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
 FORCED, CONSTRAINED = 0, 1  # slots of the counters file: grammar-forced tokens, tokens under a grammar
 
 logger = logging.getLogger("dspark")
@@ -123,6 +125,58 @@ def _install(counter: GrammarForcedCounter) -> None:
     StructuredOutputManager.accept_tokens = counted_accept
 
 
+def record_step(history: dict, scheduled_drafts: dict, index_of: dict, sampled: list) -> None:
+    """Add one verification step's outcome per request to ``history`` (request id -> Acceptance)."""
+    from dspark_bench.engine_patch.acceptance import Acceptance
+
+    for request_id, drafts in scheduled_drafts.items():
+        index = index_of.get(request_id)
+        if index is None or index >= len(sampled):
+            continue
+        drafted = sum(1 for token in drafts if token >= 0)  # -1: a draft the grammar refused
+        history.setdefault(request_id, Acceptance()).record(drafted, max(len(sampled[index]) - 1, 0))
+
+
+def cap_drafts(history: dict, requests: dict, request_ids) -> None:
+    """Cut each request's new drafts to what its recent acceptance pays for (acceptance.draft_budget)."""
+    from dspark_bench.engine_patch.acceptance import draft_budget
+
+    for request_id in request_ids:
+        request = requests.get(request_id)
+        if request is None or not request.spec_token_ids or request_id not in history:
+            continue
+        keep = draft_budget(history[request_id].rate, len(request.spec_token_ids))
+        if keep < len(request.spec_token_ids):
+            request.spec_token_ids = request.spec_token_ids[:keep]
+
+
+def _install_acceptance_cap() -> None:
+    """``cap_drafts`` in vLLM's scheduler, after the grammar checked the drafts and before they are
+    scheduled for verification; ``record_step`` on every step's output."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    if getattr(Scheduler.update_draft_token_ids, "_dspark", False):
+        return
+    update_from_output, update_draft_token_ids = Scheduler.update_from_output, Scheduler.update_draft_token_ids
+    history: dict = {}
+
+    def recorded(self, scheduler_output, model_runner_output):
+        sampled = model_runner_output.sampled_token_ids or []
+        record_step(history, scheduler_output.scheduled_spec_decode_tokens, model_runner_output.req_id_to_index, sampled)
+        outputs = update_from_output(self, scheduler_output, model_runner_output)
+        for request_id in [r for r in history if r not in self.requests]:
+            del history[request_id]
+        return outputs
+
+    def capped(self, draft_token_ids):
+        update_draft_token_ids(self, draft_token_ids)
+        cap_drafts(history, self.requests, draft_token_ids.req_ids)
+
+    capped._dspark = True  # type: ignore[attr-defined]
+    Scheduler.update_from_output = recorded
+    Scheduler.update_draft_token_ids = capped
+
+
 def normalize_per_layer(rms_norm, keys, weights, eps: float):
     """Keys [layers, tokens, heads, head_dim], each layer RMS-normalised by its own row of ``weights``."""
     import torch
@@ -157,4 +211,6 @@ def register() -> None:
         return
     if facts.get("drafter") == "dflash":
         _fix_dflash_context_k_norm()
+    if os.environ.get(ACCEPTANCE_CAP_ENV, "1") != "0":
+        _install_acceptance_cap()
     _install(GrammarForcedCounter(Path(state_dir) / COUNTER_GLOB.replace("*", str(os.getpid()))))

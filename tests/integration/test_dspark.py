@@ -63,11 +63,11 @@ def _complete(endpoint, sample, response_format):
 def test_status_line_and_endpoint_say_what_is_on(servers):
     dspark = servers["dspark"]
     log = dspark.log_path.read_text()
-    # The shipped model names its draft model in models/tiny-json/dspark.json.
-    assert "DSpark: on; drafter draft_model" in log and "up to 5 draft tokens" in log
+    # The shipped model names its one-pass block drafter in models/tiny-json/dspark.json.
+    assert "DSpark: on; drafter dflash" in log and "up to 5 draft tokens" in log
     status = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
-    assert status["enabled"] and status["drafter"] == "draft_model" and status["response_format"] == "json"
-    assert status["draft_model"].endswith("tiny-json-draft")
+    assert status["enabled"] and status["drafter"] == "dflash" and status["response_format"] == "json"
+    assert status["draft_model"].endswith("tiny-json-dflash")
     structure = httpx.get(f"{servers['structure'].base_url}/dspark/status", timeout=10).json()
     assert structure["drafter"] == "structure"
     assert "dspark_bench.engine_patch.drafter.JsonDrafter" in servers["structure"].log_path.read_text()
@@ -87,7 +87,13 @@ def test_lossless_and_speculation_accepted(servers, arm):
             differing.append(sample.request_id)
     after = scrape(dspark.base_url)
     assert not differing  # the README's claim: speculation does not change the output
-    assert after["vllm:spec_decode_num_accepted_tokens"] > before.get("vllm:spec_decode_num_accepted_tokens", 0)
+    accepted = after["vllm:spec_decode_num_accepted_tokens"] - before.get("vllm:spec_decode_num_accepted_tokens", 0)
+    steps = after["vllm:spec_decode_num_drafts"] - before.get("vllm:spec_decode_num_drafts", 0)
+    assert accepted > 0
+    if arm == "dspark":
+        # The block drafter lands nearly all of its 5 drafts (4.8 measured); with vLLM CPU's grouped context
+        # K-norm left uncorrected (engine_plugin) its later layers mis-scale the context and it lands ~2.4.
+        assert accepted / steps > 4.0
 
 
 def test_default_json_for_requests_without_response_format(servers):
@@ -96,7 +102,7 @@ def test_default_json_for_requests_without_response_format(servers):
     metrics = httpx.get(f"{servers['dspark'].base_url}/metrics", timeout=10).text
     defaulted = [line for line in metrics.splitlines() if line.startswith("dspark_default_json_requests_total")]
     assert defaulted and float(defaulted[0].split()[-1]) >= 1  # DSpark's counters sit beside vLLM's
-    assert 'dspark_info{drafter="draft_model"' in metrics
+    assert 'dspark_info{drafter="dflash"' in metrics
     # plain text stays plain text when the request says so
     qa = next(load_scenario("freeform_qa").samples(Split.EVAL, 1))
     assert not _complete(servers["dspark"], qa, {"type": "text"}).lstrip().startswith("{")

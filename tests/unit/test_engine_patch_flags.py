@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,9 @@ from dspark_bench.engine_patch.serve import (
 )
 
 ARTICLE = ["--model", "m", "--dspark-enabled", "--response-format", "json", "--enable-prefix-caching"]
+
+# The embedded model, found from this file: the engine patch's tests import nothing from the harness.
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-json"
 
 
 def test_article_flags_parse_and_the_rest_goes_to_vllm():
@@ -102,6 +106,24 @@ def test_draft_model_from_the_checkpoint_sidecar_or_the_flag(tmp_path):
     (target / "dspark.json").write_text(json.dumps({"draft_model": "../missing"}))
     with pytest.raises(FlagError, match="no model at"):
         select_drafter(str(target), gpu=False)
+
+
+def test_a_block_drafter_is_served_with_vllms_dflash_at_its_trained_block(tmp_path):
+    target, draft = tmp_path / "big", tmp_path / "big-dflash"
+    for folder in (target, draft):
+        folder.mkdir()
+    (target / "config.json").write_text("{}")
+    (draft / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"], "block_size": 13}))
+    (target / "dspark.json").write_text(json.dumps({"draft_model": "../big-dflash"}))
+    chosen = select_drafter(str(target), gpu=False)
+    assert chosen.method == "dflash" and chosen.block == 13 and "one forward pass" in chosen.reason
+    # The block is always drafted whole (12); the user's length (5) and the load cap how many are verified.
+    spec = chosen.speculative_config(5, budget=1024)
+    assert spec["method"] == "dflash" and spec["model"] == str(draft.resolve()) and spec["num_speculative_tokens"] == 12
+    assert max(k for _, _, k in spec["num_speculative_tokens_per_batch_size"]) == 5
+    assert chosen.speculative_config(20, budget=1024)["num_speculative_tokens_per_batch_size"][0][2] == 12
+    # the shipped model names the shipped block drafter
+    assert select_drafter(str(DEFAULT_MODEL), gpu=False).method == "dflash"
 
 
 def test_load_aware_schedule_drafts_less_as_batches_grow():
