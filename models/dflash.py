@@ -368,7 +368,7 @@ def simulate(target, draft: DraftBlock, config: dict, prompt: list[int], answer:
         hidden = draft(block_ids, positions, features[:, :start], torch.arange(start)[None], mask)
         drafts = (hidden @ target.lm_head.weight.float().T).argmax(-1)[0, 1:].tolist()
         truth = ids[0, start + 1 : start + block].tolist()
-        hits = next((j for j, (d, t) in enumerate(zip(drafts, truth)) if d != t), len(truth))
+        hits = next((j for j, (d, t) in enumerate(zip(drafts, truth, strict=False)) if d != t), len(truth))
         steps, accepted = steps + 1, accepted + hits
         start += hits + 1
     return steps, accepted
