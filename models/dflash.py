@@ -179,7 +179,7 @@ def target_features(target, ids: torch.Tensor, mask: torch.Tensor, layers: tuple
     return torch.cat([captured[i] for i in layers], dim=-1), logits.argmax(-1)
 
 
-def make_blocks(lengths: list[tuple[int, int]], anchors: int, block: int, rng: random.Random) -> list[list[int]]:
+def make_blocks(lengths: list[tuple[int, int]], anchors: int, rng: random.Random) -> list[list[int]]:
     """Per sequence (prompt length, total length): ``anchors`` positions where a block starts, in the answer."""
     out = []
     for prompt, total in lengths:
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         ids, attn, lengths = batch_of(chosen)
         with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16):
             features, greedy = target_features(target, ids, attn, target_layers)
-        starts = make_blocks(lengths, args.anchors, args.block, rng)
+        starts = make_blocks(lengths, args.anchors, rng)
         block_ids, positions, labels, weights, mask = block_batch(ids, greedy, lengths, starts, args.block, args.gamma)
         context_positions = torch.arange(ids.shape[1], device=device)[None].expand(ids.shape[0], -1)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"), torch.set_grad_enabled(train):

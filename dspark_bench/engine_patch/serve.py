@@ -145,12 +145,17 @@ def shipped_draft_model(model_dir: str | None) -> str | None:
 
 
 def block_drafter_size(draft_dir: str) -> int | None:
-    """The block of a one-pass block drafter (vLLM's ``DFlashDraftModel``: all drafts in one forward pass
-    over the target's hidden states), or None for an ordinary draft model."""
-    config = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
+    """For a one-pass block drafter (vLLM's ``DFlashDraftModel``: all drafts in one forward pass over the
+    target's hidden states) the block it was trained with, 0 when its config does not say; None for an
+    ordinary draft model."""
+    config_file = Path(draft_dir) / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise FlagError(f"{config_file}: not JSON ({exc}); fix: point at a model folder with a valid config.json") from None
     if "DFlashDraftModel" not in config.get("architectures", []):
         return None
-    return int(config.get("block_size") or 0) or None
+    return int(config.get("block_size") or 0)
 
 
 def select_drafter(model_dir: str | None, gpu: bool, choice: str = "auto", draft_model: Path | None = None) -> Drafter:
@@ -169,7 +174,7 @@ def select_drafter(model_dir: str | None, gpu: bool, choice: str = "auto", draft
         source = "--dspark-draft-model" if draft_model else f"named by the checkpoint's {DRAFT_MODEL_SIDECAR}"
         if (block := block_drafter_size(draft)) is not None:
             why = f"one-pass block drafter {Path(draft).name} ({source}): every draft in one forward pass (vLLM's dflash)"
-            return Drafter("dflash", f"{why}, fewer drafts under load", draft, block)
+            return Drafter("dflash", f"{why}, fewer drafts under load", draft, block or None)
         return Drafter("draft_model", f"small draft model {Path(draft).name} ({source}), fewer drafts under load", draft)
     if choice == "ngram":
         return Drafter("ngram", "prompt-copy drafts only (vLLM's ngram), fewer drafts under load")

@@ -124,6 +124,13 @@ def test_a_block_drafter_is_served_with_vllms_dflash_at_its_trained_block(tmp_pa
     assert chosen.speculative_config(20, budget=1024)["num_speculative_tokens_per_batch_size"][0][2] == 12
     # the shipped model names the shipped block drafter
     assert select_drafter(str(DEFAULT_MODEL), gpu=False).method == "dflash"
+    # a block drafter that does not state its block still is one, drafting the length asked for
+    (draft / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"]}))
+    unsized = select_drafter(str(target), gpu=False)
+    assert unsized.method == "dflash" and unsized.speculative_config(5)["num_speculative_tokens"] == 5
+    (draft / "config.json").write_text("{not json")
+    with pytest.raises(FlagError, match="not JSON"):
+        select_drafter(str(target), gpu=False)
 
 
 def test_load_aware_schedule_drafts_less_as_batches_grow():
