@@ -1,31 +1,49 @@
-"""Acceptance-aware draft length: each request verifies as many of its drafts as its own recent
-acceptance pays for.
+"""Which requests draft, and how far: speculation only where it pays, measured request by request.
 
 A drafter trained on one kind of answer drafts well there and poorly elsewhere (the shipped one-pass
-drafter lands ~11 of 12 drafts on the scenarios' JSON, far fewer on requests it never saw). Every
-drafted token the target verifies costs a position of the verification step, accepted or not. So per
-request, from what its last steps accepted, ``draft_budget`` picks the number of drafts ``n`` that
-maximises expected tokens per unit of step cost under a geometric model of acceptance:
+drafter lands ~11 of 12 drafts on the scenarios' JSON, ~1 on schemas it never saw). Speculation has
+two prices: each verified draft costs a position of the verification step, landed or not, and any
+drafting at all costs the drafter's pass and a round trip between the engine core and the worker
+(on the 2-core CPU machine about as much as half a plain decoding step). So per request, from what
+its drafts recently landed, ``draft_budget`` picks the number of drafts ``n`` that maximises expected
+tokens per unit of step cost under a geometric model of acceptance:
 
-    tokens(n) = 1 + rate + rate^2 + ... + rate^n        cost(n) = 1 + VERIFY_COST * n
+    tokens(n) = 1 + rate + rate^2 + ... + rate^n        cost(n) = 1 + DRAFT_COST + VERIFY_COST * n
+    tokens(0) = 1                                       cost(0) = 1
 
 ``rate`` (the chance that a draft lands given the one before it did) is the censored-geometric
-estimate accepted / (accepted + first rejections), with recent steps weighted more (``DECAY``) and a
-prior that trusts a new request. At least one draft is always verified, so a request whose drafts start
-landing again (a JSON skeleton after free text) earns its full length back. The drafter itself still
-runs every step (a block drafter must, to keep its context); what this saves is verification.
-``engine_plugin`` applies it inside vLLM's scheduler.
+estimate accepted / (accepted + first rejections), with recent steps weighted more (``DECAY``). A new
+request starts from the server's recent acceptance over all requests (``population``, slower to
+forget), worth ``PRIOR_WEIGHT`` of its own steps: on a workload whose drafts land it drafts from its
+first step, on one whose drafts miss it does not draft at all until a shadow says they would land. ``n = 0`` means the request schedules no draft positions: no
+bitmask rows, no grammar walk, no verification.
+
+A request at ``n = 0`` earns its drafts back by *shadow* checks: drafts made for it anyway (because
+another request in the batch drafts, or at a probe step) are kept aside unverified and compared with
+the tokens the target really wrote next (``landed``); what would have landed is recorded as if it had
+been verified. When no request drafts, the drafter does not run at all, except at probe steps spaced
+by ``ProbeClock`` (doubling while nothing lands), so a workload whose drafts never land pays one
+drafter pass every ``PROBE_LONGEST`` steps. ``speculation_gate`` applies all of this inside vLLM.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # One more verified position as a share of a step's fixed cost. Measured on the 2-core CPU machine at
-# one user: 9 positions 12.5 ms against 7.3 for one (0.65 ms each), plus ~4.5 ms for the block drafter.
+# one user: 9 positions 12.5 ms against 7.3 for one (0.65 ms each).
 VERIFY_COST = 0.05
+# Drafting at all, as a share of a plain step: the drafter's pass plus the extra engine/worker round
+# trip. Measured on a 2-core AMD EPYC at one user: stock 328 tok/s against 170-180 with speculation on
+# where almost nothing landed (shared/design/field-notes.md), i.e. ~0.85 of a step; the one-pass
+# drafter's own pass ~4.5 ms of a 7.3 ms step on the AMX Xeon (0.6). 0.5 leans towards drafting.
+DRAFT_COST = 0.5
 DECAY = 0.8  # weight of a step one step older; ~5 steps of memory
-PRIOR_ACCEPTED, PRIOR_REJECTED = 4.0, 0.5  # a new request starts at rate 0.89: drafts on JSON mostly land
+POPULATION_DECAY = 0.98  # the server-wide estimate: ~50 steps of memory
+PRIOR_ACCEPTED, PRIOR_REJECTED = 4.0, 0.5  # before anything was verified: rate 0.89, drafts on JSON mostly land
+PRIOR_WEIGHT = 2.0  # a new request's prior, in accepted + rejected units of its own steps
+PROBE_FIRST, PROBE_LONGEST = 8, 64  # steps without drafting before the drafter runs once to look
 
 
 @dataclass
@@ -35,26 +53,61 @@ class Acceptance:
     accepted: float = PRIOR_ACCEPTED
     rejected: float = PRIOR_REJECTED
 
-    def record(self, drafted: int, accepted: int) -> None:
+    def record(self, drafted: int, accepted: int, decay: float = DECAY) -> None:
         if drafted <= 0:
             return
-        self.accepted = DECAY * self.accepted + accepted
-        self.rejected = DECAY * self.rejected + (1.0 if accepted < drafted else 0.0)
+        self.accepted = decay * self.accepted + accepted
+        self.rejected = decay * self.rejected + (1.0 if accepted < drafted else 0.0)
 
     @property
     def rate(self) -> float:
         return self.accepted / (self.accepted + self.rejected)
 
+    def prior(self, weight: float = PRIOR_WEIGHT) -> Acceptance:
+        """A new request's starting point: this estimate's rate, worth ``weight``."""
+        return Acceptance(weight * self.rate, weight * (1.0 - self.rate))
 
-def draft_budget(rate: float, longest: int, verify_cost: float = VERIFY_COST) -> int:
-    """Drafts to verify (1..``longest``) that maximise expected tokens per unit of step cost."""
-    if longest <= 0:
-        return 0
-    best, best_value, tokens, term = 1, 0.0, 1.0, 1.0
-    for n in range(1, longest + 1):
+
+def draft_budget(rate: float, longest: int, verify_cost: float = VERIFY_COST, draft_cost: float = DRAFT_COST) -> int:
+    """Drafts to verify (0..``longest``) that maximise expected tokens per unit of step cost; 0 when no
+    number of drafts pays for drafting at all."""
+    best, best_value, tokens, term = 0, 1.0, 1.0, 1.0
+    for n in range(1, max(longest, 0) + 1):
         term *= rate
         tokens += term
-        value = tokens / (1.0 + verify_cost * n)
+        value = tokens / (1.0 + draft_cost + verify_cost * n)
         if value > best_value:
             best, best_value = n, value
     return best
+
+
+def landed(drafts: Sequence[int], written: Sequence[int]) -> int:
+    """How many of ``drafts`` the target would have accepted, given the tokens it really ``written`` from
+    the same position: the length of their common prefix."""
+    count = 0
+    for draft, token in zip(drafts, written, strict=False):
+        if draft != token:
+            break
+        count += 1
+    return count
+
+
+@dataclass
+class ProbeClock:
+    """When the drafter runs although no request asks for drafts: after ``interval`` idle steps, the
+    interval doubling each time a probe finds nothing to draft, back to ``PROBE_FIRST`` once a request
+    drafts again."""
+
+    interval: int = PROBE_FIRST
+    idle: int = 0
+
+    def tick(self, anyone_drafts: bool) -> bool:
+        """One step; whether the drafter runs after it."""
+        if anyone_drafts:
+            self.interval, self.idle = PROBE_FIRST, 0
+            return True
+        self.idle += 1
+        if self.idle < self.interval:
+            return False
+        self.idle, self.interval = 0, min(2 * self.interval, PROBE_LONGEST)
+        return True

@@ -1,7 +1,7 @@
 """ASGI middleware loaded into vLLM's OpenAI server (``--middleware``): the default response format,
 the ``/dspark/status`` endpoint, and DSpark's Prometheus metrics beside vLLM's on ``/metrics``
 (drafted and accepted tokens are vLLM's own ``vllm:spec_decode_*`` counters; grammar-forced tokens
-come from the engine process, dspark_bench.engine_patch.engine_plugin). Configured through the DSPARK_STATUS and
+and the drafter's step counts come from the engine process: grammar_counter, speculation_gate). Configured through the DSPARK_STATUS and
 DSPARK_STATE_DIR environment variables, which the launcher sets before vLLM starts."""
 
 from __future__ import annotations
@@ -13,8 +13,13 @@ from typing import Any
 from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily
 
-from dspark_bench.engine_patch.engine_plugin import read_counters
-from dspark_bench.engine_patch.state import SCHEMA_STATE_FILE, STATE_DIR_ENV, STATUS_ENV, mean_acceptance_length
+from dspark_bench.engine_patch.state import (
+    SCHEMA_STATE_FILE,
+    STATE_DIR_ENV,
+    STATUS_ENV,
+    mean_acceptance_length,
+    read_counters,
+)
 
 STATUS_PATH = "/dspark/status"
 CHAT_PATHS = ("/v1/chat/completions", "/v1/completions")
@@ -47,6 +52,19 @@ class EngineCounters:
             "dspark_constrained_tokens",
             "Output tokens generated under a grammar (JSON)",
             value=counts.get("constrained_tokens", 0),
+        )
+        yield CounterMetricFamily(
+            "dspark_engine_steps", "Engine steps that ran the model", value=counts.get("engine_steps", 0)
+        )
+        yield CounterMetricFamily(
+            "dspark_drafter_steps",
+            "Engine steps after which the drafter ran (the rest: no running request's drafts were landing)",
+            value=counts.get("drafter_steps", 0),
+        )
+        yield CounterMetricFamily(
+            "dspark_probe_steps",
+            "Drafter runs while no request asked for drafts, to see whether drafts land again",
+            value=counts.get("probe_steps", 0),
         )
 
 

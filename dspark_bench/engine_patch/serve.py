@@ -259,6 +259,29 @@ def _gpu_present() -> bool:
 
 
 CPU_BLOCK_SIZE = 32
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+CPU_KV_CACHE_GIB = "2"  # what the harness gives every local CPU arm (dspark_bench.loadtests.deploy.local)
+
+
+def default_cpu_kv_cache(environ: dict[str, str], vllm_argv: list[str], gpu: bool) -> str | None:
+    """The KV cache size (GiB) to set on a CPU when the user gave none. vLLM CPU otherwise sizes it from
+    ``--gpu-memory-utilization`` and refuses to start unless 92% of the node's memory is free, which a
+    full page cache (after any large file read) prevents."""
+    if gpu or CPU_KV_CACHE_ENV in environ or _arg_value(vllm_argv, "--kv-cache-memory-bytes"):
+        return None
+    return CPU_KV_CACHE_GIB
+
+
+def startup_failure(exc: BaseException) -> str:
+    """One line for a server that did not start: what failed and what to change."""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    if "memory" in text.lower():
+        fix = f"give the KV cache a size that fits ({CPU_KV_CACHE_ENV}=GiB on a CPU, --gpu-memory-utilization on a GPU)"
+    elif "Engine core initialization failed" in text:
+        fix = "the engine's own error is in the lines above (a model folder, a flag or memory); correct it and start again"
+    else:
+        fix = "the traceback above names the cause; correct it and start again"
+    return f"dspark-serve: error: vLLM did not start ({text}); fix: {fix}"
 
 
 def build(
@@ -406,8 +429,20 @@ def main(argv: list[str] | None = None) -> int:
         model = _arg_value(final_argv, "--served-model-name") or _arg_value(final_argv, "--model") or ""
         schemas = sorted(options.schema_dir.glob("*.json"))  # type: ignore[union-attr]
         threading.Thread(target=_precompile, args=(base_url, headers, model, schemas, state), daemon=True).start()
+    if kv_cache := default_cpu_kv_cache(dict(os.environ), final_argv, gpu):
+        os.environ[CPU_KV_CACHE_ENV] = kv_cache
+        print(f"dspark-serve: {CPU_KV_CACHE_ENV}={kv_cache} (GiB of KV cache; set it to choose another size)", flush=True)
     sys.argv = ["vllm-openai-server", *final_argv]
-    runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        import traceback
+
+        traceback.print_exc()
+        print(startup_failure(exc), file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -1,12 +1,48 @@
 """What the launcher, the engine plugin and the API middleware share: environment names, the state
-folder's files, and the one definition of mean acceptance length."""
+folder's files, the engine's counters, and the one definition of mean acceptance length."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
 
 STATUS_ENV = "DSPARK_STATUS"  # JSON of what dspark-serve switched on and why (its status line, as data)
 STATE_DIR_ENV = "DSPARK_STATE_DIR"  # folder the engine process and the API server share while serving
 SCHEMA_STATE_FILE = "schemas.json"  # written by the launcher's schema precompile thread
 COUNTER_GLOB = "engine-*.counters"  # one memory-mapped counters file per engine process
+
+# The counters file's int64 slots, in order. Tokens: kept under a grammar, and of those the ones the
+# grammar forced (one allowed token). Steps: engine steps that ran the model, those after which the
+# drafter ran, and of those the probes (no request asked for drafts: speculation_gate).
+COUNTERS = ("grammar_forced_tokens", "constrained_tokens", "engine_steps", "drafter_steps", "probe_steps")
+
+
+class EngineCounters:
+    """This engine process's counters, memory-mapped so the API server can read them while serving."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._values: np.ndarray | None = None
+
+    def add(self, name: str, amount: int = 1) -> None:
+        if self._values is None:  # only the engine process ever counts: no empty files from the others
+            self._values = np.memmap(self.path, dtype=np.int64, mode="w+", shape=(len(COUNTERS),))
+        self._values[COUNTERS.index(name)] += amount
+
+
+def engine_counters(state_dir: str | os.PathLike) -> EngineCounters:
+    return EngineCounters(Path(state_dir) / COUNTER_GLOB.replace("*", str(os.getpid())))
+
+
+def read_counters(state_dir: str | os.PathLike) -> dict[str, int]:
+    """Every counter summed over the engine processes of one server (0 where none has counted)."""
+    totals = np.zeros(len(COUNTERS), dtype=np.int64)
+    for path in Path(state_dir).glob(COUNTER_GLOB):
+        values = np.fromfile(path, dtype=np.int64)[: len(COUNTERS)]
+        totals[: values.size] += values
+    return {name: int(value) for name, value in zip(COUNTERS, totals, strict=True)}
 
 
 def mean_acceptance_length(drafts: float, accepted_tokens: float) -> float | None:

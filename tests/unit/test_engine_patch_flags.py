@@ -229,3 +229,21 @@ def test_the_verification_budget_follows_the_machine_and_is_said():
         schedule = json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens_per_batch_size"]
         assert next(k for first, last, k in schedule if first <= 64 <= last) == drafts_at_64
         assert f"fewer past {budget[0]} verified positions per step ({budget[1]})" in status_line(facts)
+
+
+def test_a_cpu_server_gets_a_kv_cache_size_unless_the_user_gave_one():
+    from dspark_bench.engine_patch.serve import default_cpu_kv_cache
+
+    assert default_cpu_kv_cache({}, ["--model", "m"], gpu=False) == "2"
+    assert default_cpu_kv_cache({"VLLM_CPU_KVCACHE_SPACE": "8"}, ["--model", "m"], gpu=False) is None
+    assert default_cpu_kv_cache({}, ["--kv-cache-memory-bytes", "1G"], gpu=False) is None
+    assert default_cpu_kv_cache({}, ["--model", "m"], gpu=True) is None
+
+
+def test_a_server_that_does_not_start_is_one_line_with_the_fix():
+    from dspark_bench.engine_patch.serve import startup_failure
+
+    memory = startup_failure(ValueError("Free memory on device cpu (3.1/23.5 GiB) is less than desired\nmore"))
+    assert "\n" not in memory and "VLLM_CPU_KVCACHE_SPACE" in memory and memory.startswith("dspark-serve: error:")
+    engine = startup_failure(RuntimeError("Engine core initialization failed. See root cause above."))
+    assert "fix: the engine's own error is in the lines above" in engine

@@ -1,14 +1,17 @@
-"""The engine plugin's grammar-forced token count: bitmask rows, per-request bookkeeping, shared file."""
+"""The engine plugin: its vLLM touchpoints, the grammar-forced token count, the DFlash K-norm, and the
+speculation gate (which requests draft, shadows, probes) on vLLM's own Request objects."""
 
+import importlib
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dspark_bench.engine_patch import engine_plugin
-from dspark_bench.engine_patch.engine_plugin import GrammarForcedCounter, read_counters, record_step, single_token_rows
-from dspark_bench.engine_patch.state import STATUS_ENV
+from dspark_bench.engine_patch import engine_plugin, grammar_counter, speculation_gate
+from dspark_bench.engine_patch.dflash_fixes import normalize_per_layer
+from dspark_bench.engine_patch.grammar_counter import GrammarForcedCounter, single_token_rows
+from dspark_bench.engine_patch.state import STATUS_ENV, EngineCounters, read_counters
 
 # The embedded model, found from this file: the engine patch's tests import nothing from the harness.
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-json"
@@ -24,6 +27,31 @@ def _rows(*allowed_sets, vocab=100):
     return bits.view(np.int32)
 
 
+def _resolve(touchpoint: str):
+    module, _, qualified = touchpoint.partition(":")
+    found = importlib.import_module(module)
+    for name in qualified.split("."):
+        found = getattr(found, name)
+    return found
+
+
+@pytest.mark.parametrize("touchpoint", [t for points in engine_plugin.TOUCHPOINTS.values() for t in points])
+def test_every_vllm_touchpoint_exists_in_the_supported_vllm(touchpoint):
+    pytest.importorskip("vllm")
+    if touchpoint.endswith("SchedulerOutput.num_spec_tokens_to_schedule"):
+        from vllm.v1.core.sched.output import SchedulerOutput
+
+        assert "num_spec_tokens_to_schedule" in SchedulerOutput.__dataclass_fields__
+        return
+    _resolve(touchpoint)
+
+
+def test_a_missing_touchpoint_is_caught():
+    pytest.importorskip("vllm")
+    with pytest.raises(AttributeError):
+        _resolve("vllm.v1.core.sched.scheduler:Scheduler.schedule_with_dspark")
+
+
 def test_single_token_rows():
     mask = _rows({5}, {5, 6}, {31}, {63}, {0, 32}, set(), {99})
     # bit 31 makes the int32 word negative: still one token
@@ -32,39 +60,50 @@ def test_single_token_rows():
 
 
 def test_counts_only_the_positions_a_step_kept(tmp_path):
-    counter = GrammarForcedCounter(tmp_path / "engine-1.counters")
+    counter = GrammarForcedCounter(EngineCounters(tmp_path / "engine-1.counters"))
     # request a: 3 drafts + bonus row, forced at rows 0 and 2; request b: no drafts, forced.
     mask = _rows({7}, {1, 2}, {9}, {3}, {4})
     counter.built(mask, ["a", "b"], {"a": [7, 1, 9]})
     counter.accepted("a", 2)  # the second draft was rejected: rows 0-1 kept (1 forced)
     counter.accepted("b", 1)
     counter.accepted("c", 5)  # a request without a built mask this step is not counted
-    assert read_counters(tmp_path) == {"grammar_forced_tokens": 2, "constrained_tokens": 3}
+    counts = read_counters(tmp_path)
+    assert (counts["grammar_forced_tokens"], counts["constrained_tokens"]) == (2, 3)
     counter.built(_rows({7}), ["a"], {})
     counter.accepted("a", 1)
     assert read_counters(tmp_path)["grammar_forced_tokens"] == 3
 
 
 def test_read_counters_sums_engine_processes(tmp_path):
-    for pid, values in ((1, [2, 10]), (2, [3, 5])):
+    for pid, values in ((1, [2, 10, 7, 3, 1]), (2, [3, 5])):  # an older, shorter file still reads
         np.array(values, dtype=np.int64).tofile(tmp_path / f"engine-{pid}.counters")
     (tmp_path / "schemas.json").write_text("{}")
-    assert read_counters(tmp_path) == {"grammar_forced_tokens": 5, "constrained_tokens": 15}
-    assert read_counters(tmp_path / "absent") == {"grammar_forced_tokens": 0, "constrained_tokens": 0}
+    assert read_counters(tmp_path) == {
+        "grammar_forced_tokens": 5,
+        "constrained_tokens": 15,
+        "engine_steps": 7,
+        "drafter_steps": 3,
+        "probe_steps": 1,
+    }
+    assert set(read_counters(tmp_path / "absent").values()) == {0}
 
 
 def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     installed = []
-    monkeypatch.setattr(engine_plugin, "_install", installed.append)
+    monkeypatch.setattr(grammar_counter, "install", lambda counter: installed.append("grammar"))
+    monkeypatch.setattr(speculation_gate, "install", lambda gate: installed.append("gate"))
     monkeypatch.delenv(STATUS_ENV, raising=False)
     monkeypatch.setenv("DSPARK_STATE_DIR", str(tmp_path))
     engine_plugin.register()  # a stock server on the same installation
     monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": False}))
     engine_plugin.register()
     assert installed == []
-    monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True}))
+    monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True, "drafter": "off"}))
     engine_plugin.register()
-    assert len(installed) == 1 and not list(tmp_path.iterdir())  # the file appears with the first count
+    assert installed == ["grammar"]  # speculation off: nothing to gate
+    monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True, "drafter": "ngram"}))
+    engine_plugin.register()
+    assert installed == ["grammar", "gate", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
 
 
 def test_agrees_with_xgrammar_on_a_real_grammar():
@@ -93,7 +132,7 @@ def test_dflash_context_keys_are_normalised_each_by_its_own_layer():
     keys = torch.randn(2, 5, 8, 64, dtype=torch.bfloat16)
     weights = torch.stack([torch.ones(64), torch.full((64,), 2.0)]).to(torch.bfloat16)
     unit = keys.float() * torch.rsqrt(keys.float().pow(2).mean(-1, keepdim=True) + 1e-6)
-    normed = engine_plugin.normalize_per_layer(ops.rms_norm, keys, weights, 1e-6)
+    normed = normalize_per_layer(ops.rms_norm, keys, weights, 1e-6)
     assert torch.allclose(normed[0].float(), unit[0], rtol=0.02, atol=0.02)
     assert torch.allclose(normed[1].float(), 2 * unit[1], rtol=0.02, atol=0.02)
     grouped = torch.empty_like(keys)
@@ -102,27 +141,3 @@ def test_dflash_context_keys_are_normalised_each_by_its_own_layer():
         pytest.fail("vLLM's grouped K-norm is right on this build: the plugin's correction can go")
 
 
-def test_draft_budget_follows_how_well_drafts_land():
-    from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget
-
-    assert draft_budget(0.95, 12) == 12 and draft_budget(0.89, 12) == 12  # JSON: the whole block
-    assert draft_budget(0.5, 12) == 3 and draft_budget(0.1, 12) == 1  # never 0: a request can recover
-    assert draft_budget(0.9, 0) == 0 and draft_budget(0.99, 5) == 5
-    missing = Acceptance()
-    for _ in range(6):
-        missing.record(12, 1)  # one draft in twelve lands, step after step
-    assert 0.5 < missing.rate < 0.6 and draft_budget(missing.rate, 12) == 4
-    for _ in range(10):
-        missing.record(4, 4)  # then every draft lands again
-    assert draft_budget(missing.rate, 12) == 12
-
-
-def test_the_scheduler_verifies_only_what_each_request_earned():
-    from types import SimpleNamespace
-
-    history: dict = {}
-    requests = {"json": SimpleNamespace(spec_token_ids=list(range(12))), "odd": SimpleNamespace(spec_token_ids=list(range(12)))}
-    for _ in range(6):  # "json" lands all 12 drafts each step, "odd" lands 1 (2 sampled tokens); -1: grammar refused
-        record_step(history, {"json": list(range(12)), "odd": [*range(11), -1]}, {"json": 0, "odd": 1}, [[0] * 13, [0, 0]])
-    engine_plugin.cap_drafts(history, requests, ["json", "odd", "gone"])
-    assert len(requests["json"].spec_token_ids) == 12 and len(requests["odd"].spec_token_ids) == 4

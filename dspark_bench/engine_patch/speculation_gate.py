@@ -1,0 +1,157 @@
+"""Speculation only where it pays, inside vLLM's scheduler and engine core (policy: ``acceptance``).
+
+Per step, in the engine-core process (vLLM 0.32's synchronous path, the CPU's):
+- ``Scheduler.schedule``: when no running request's acceptance pays for drafting, the step's
+  ``num_spec_tokens_to_schedule`` (what the worker drafts after it) becomes 0, except at probe steps.
+  The worker then skips the drafter (a one-pass drafter only stores the step's context:
+  ``dflash_fixes``);
+- ``EngineCore.post_step``: after a step the worker did not draft for, no round trip to fetch drafts;
+- ``Scheduler.update_draft_token_ids``: each request's new drafts are cut to its ``draft_budget``
+  before the grammar walks them; a request at 0 keeps its drafts aside as a shadow, unverified;
+- ``Scheduler.update_from_output``: verified drafts and resolved shadows update each request's
+  acceptance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dspark_bench.engine_patch.acceptance import POPULATION_DECAY, Acceptance, ProbeClock, draft_budget, landed
+from dspark_bench.engine_patch.state import EngineCounters
+
+REPLACES = (
+    "vllm.v1.core.sched.scheduler:Scheduler.schedule",
+    "vllm.v1.core.sched.scheduler:Scheduler.update_from_output",
+    "vllm.v1.core.sched.scheduler:Scheduler.update_draft_token_ids",
+    "vllm.v1.engine.core:EngineCore.post_step",
+)
+# Read, not replaced: the SchedulerOutput field the worker drafts by, and the Request fields the gate reads.
+READS = (
+    "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
+    "vllm.v1.request:Request.num_tokens",
+)
+
+
+@dataclass
+class Shadow:
+    """Drafts kept aside for a request that did not verify them: where they start in its tokens."""
+
+    start: int
+    drafts: list[int]
+
+
+@dataclass
+class SpeculationGate:
+    """Per-request acceptance, shadows, and whether the worker drafts after the step in flight."""
+
+    counters: EngineCounters | None = None
+    history: dict[str, Acceptance] = field(default_factory=dict)
+    population: Acceptance = field(default_factory=Acceptance)  # every request's drafts, slower to forget
+    shadows: dict[str, Shadow] = field(default_factory=dict)
+    clock: ProbeClock = field(default_factory=ProbeClock)
+    drafting: bool = True  # whether the worker drafts after the step being executed
+
+    def budget(self, request_id: str, longest: int) -> int:
+        acceptance = self.history.get(request_id) or self.population.prior()
+        return draft_budget(acceptance.rate, longest)
+
+    def record(self, request_id: str, drafted: int, accepted: int) -> None:
+        if request_id not in self.history:
+            self.history[request_id] = self.population.prior()
+        self.history[request_id].record(drafted, accepted)
+        self.population.record(drafted, accepted, POPULATION_DECAY)
+
+    def plan_step(self, running_ids: Sequence[str], longest: int) -> int:
+        """Drafts per request the worker makes after this step: ``longest`` (vLLM's choice for this batch)
+        when some running request's acceptance pays for it or a probe is due, else 0."""
+        anyone = longest > 0 and any(self.budget(request_id, longest) > 0 for request_id in running_ids)
+        self.drafting = longest > 0 and self.clock.tick(anyone)
+        if self.counters is not None and running_ids:
+            self.counters.add("engine_steps")
+            if self.drafting:
+                self.counters.add("drafter_steps")
+                if not anyone:
+                    self.counters.add("probe_steps")
+        return longest if self.drafting else 0
+
+    def cut(self, request_ids: Sequence[str], drafts: list[list[int]], requests: Mapping[str, Any]) -> None:
+        """Cut each request's new drafts (in place) to its budget; a request at 0 keeps them as a shadow."""
+        for i, request_id in enumerate(request_ids):
+            proposed = drafts[i]
+            keep = self.budget(request_id, len(proposed))
+            if keep >= len(proposed):
+                continue
+            request = requests.get(request_id)
+            if keep == 0 and request is not None and request_id not in self.shadows and not getattr(request, "is_prefill_chunk", False):
+                self.shadows[request_id] = Shadow(request.num_tokens, [int(t) for t in proposed])
+            drafts[i] = list(proposed[:keep])
+
+    def after_step(
+        self,
+        scheduled_drafts: Mapping[str, Sequence[int]],
+        index_of: Mapping[str, int],
+        sampled: Sequence[Sequence[int]],
+        requests: Mapping[str, Any],
+    ) -> None:
+        """Record the step's verified drafts, resolve shadows whose tokens are written, forget finished requests."""
+        for request_id, scheduled in scheduled_drafts.items():
+            index = index_of.get(request_id)
+            if index is None or index >= len(sampled):
+                continue
+            drafted = sum(1 for token in scheduled if token >= 0)  # -1: a draft the grammar refused
+            self.record(request_id, drafted, max(len(sampled[index]) - 1, 0))
+        for request_id, shadow in list(self.shadows.items()):
+            request = requests.get(request_id)
+            if request is None:
+                del self.shadows[request_id]
+                continue
+            written = request.all_token_ids[shadow.start : shadow.start + len(shadow.drafts)]
+            hits = landed(shadow.drafts, written)
+            if hits < len(written) or len(written) == len(shadow.drafts):  # a miss seen, or every draft checked
+                self.record(request_id, len(shadow.drafts), hits)
+                del self.shadows[request_id]
+        for request_id in [r for r in self.history if r not in requests]:
+            del self.history[request_id]
+
+
+def install(gate: SpeculationGate) -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.core import EngineCore
+
+    if getattr(Scheduler.schedule, "_dspark", False):
+        return
+    schedule, update_from_output = Scheduler.schedule, Scheduler.update_from_output
+    update_draft_token_ids, post_step = Scheduler.update_draft_token_ids, EngineCore.post_step
+
+    def gated_schedule(self, *args, **kwargs):
+        output = schedule(self, *args, **kwargs)
+        if output.total_num_scheduled_tokens > 0:
+            running = [request.request_id for request in self.running]
+            output.num_spec_tokens_to_schedule = gate.plan_step(running, output.num_spec_tokens_to_schedule)
+        return output
+
+    def recorded(self, scheduler_output, model_runner_output):
+        outputs = update_from_output(self, scheduler_output, model_runner_output)
+        gate.after_step(
+            scheduler_output.scheduled_spec_decode_tokens,
+            model_runner_output.req_id_to_index,
+            model_runner_output.sampled_token_ids or [],
+            self.requests,
+        )
+        return outputs
+
+    def cut_then_validated(self, draft_token_ids):
+        gate.cut(draft_token_ids.req_ids, draft_token_ids.draft_token_ids, self.requests)
+        update_draft_token_ids(self, draft_token_ids)
+
+    def fetched_only_when_drafted(self, model_executed):
+        if gate.drafting:
+            post_step(self, model_executed)
+
+    gated_schedule._dspark = True  # type: ignore[attr-defined]
+    Scheduler.schedule = gated_schedule
+    Scheduler.update_from_output = recorded
+    Scheduler.update_draft_token_ids = cut_then_validated
+    EngineCore.post_step = fetched_only_when_drafted
