@@ -12,6 +12,12 @@
   forward (``precompute_and_store_context_kv``); its query slots are rewritten by the next step's
   context. So at 0 drafts only the context is stored, and the forward, the LM head and the sampling
   are skipped; drafts made later still see every earlier position.
+- Context later, in one batch: storing one step's context is a few small matrix products per
+  token, which on a CPU cost nearly as much for one row as for a hundred. So a step that verified no
+  drafts and asks for none keeps the target's hidden states aside (``ContextBacklog``) instead of
+  storing them; the backlog is stored in one call before the drafter's next pass, or once it holds
+  ``BACKLOG_TOKENS``. Where a slot appears twice (its block freed and given to another request), the
+  later write wins, as it would have step by step.
 """
 
 from __future__ import annotations
@@ -22,11 +28,16 @@ from typing import Any
 REPLACES = (
     "vllm.model_executor.models.qwen3_dflash:DFlashQwen3Model._normalize_context_k",
     "vllm.v1.spec_decode.dflash:DFlashProposer.propose",
+    "vllm.v1.worker.gpu_model_runner:GPUModelRunner.propose_draft_token_ids",
 )
 READS = (
     "vllm.v1.spec_decode.dflash:DFlashProposer.set_inputs_first_pass",
     "vllm.v1.spec_decode.dflash:DFlashProposer.build_model_inputs_first_pass",
+    "vllm.model_executor.models.qwen3_dflash:DFlashQwen3ForCausalLM.combine_hidden_states",
+    "vllm.model_executor.models.qwen3_dflash:DFlashQwen3ForCausalLM.precompute_and_store_context_kv",
+    "vllm.v1.worker.gpu_model_runner:GPUModelRunner._get_positions",
 )
+BACKLOG_TOKENS = 2048  # context tokens kept aside before they are stored anyway (bounds memory)
 
 
 def normalize_per_layer(rms_norm, keys, weights, eps: float):
@@ -75,6 +86,87 @@ def store_context_only(proposer: Any, arguments: dict[str, Any]):
     return torch.empty(cad.batch_size(), 0, device=hidden.device, dtype=torch.int64)
 
 
+def context_slots(block_table, query_start_loc, positions, block_size: int):
+    """Each context token's KV-cache slot, as vLLM's DFlash input kernel computes it: its request's block
+    for the position, times the block size, plus the offset in the block."""
+    import torch
+
+    query_lengths = query_start_loc[1:] - query_start_loc[:-1]
+    request_of = torch.repeat_interleave(torch.arange(len(query_lengths), device=positions.device), query_lengths)
+    blocks = torch.clamp(positions // block_size, max=block_table.shape[1] - 1)
+    return block_table[request_of, blocks].to(torch.int64) * block_size + positions % block_size
+
+
+def last_writes(slots):
+    """Mask of the entries that are the last write to their slot (earlier ones would be overwritten)."""
+    import torch
+
+    order = torch.arange(len(slots), device=slots.device)
+    last = torch.full((int(slots.max()) + 1,), -1, dtype=order.dtype, device=slots.device)
+    last.scatter_reduce_(0, slots, order, reduce="amax")
+    return last[slots] == order
+
+
+class ContextBacklog:
+    """The target's hidden states, positions and slots of the steps whose context is not stored yet."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[Any, Any, Any]] = []
+        self.tokens = 0
+
+    def add(self, states, positions, slots) -> None:
+        self.parts.append((states, positions, slots))
+        self.tokens += len(slots)
+
+    def store(self, model) -> None:
+        """Write the backlog into the drafter's cache (``model``: the DFlash drafter) in one call."""
+        if not self.parts:
+            return
+        import torch
+
+        states, positions, slots = (torch.cat(column) for column in zip(*self.parts, strict=True))
+        self.parts, self.tokens = [], 0
+        keep = last_writes(slots)
+        if not bool(keep.all()):
+            states, positions, slots = states[keep], positions[keep], slots[keep]
+        model.precompute_and_store_context_kv(model.combine_hidden_states(states), positions, slots)
+
+
+def defer_context_at_zero_drafts() -> None:
+    import torch
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    if getattr(GPUModelRunner.propose_draft_token_ids, "_dspark", False):
+        return
+    propose_draft_token_ids = GPUModelRunner.propose_draft_token_ids
+    signature = inspect.signature(propose_draft_token_ids)
+    backlog = ContextBacklog()
+
+    def deferred(self, *args, **kwargs):
+        arguments = signature.bind(self, *args, **kwargs).arguments
+        scheduler_output, aux = arguments["scheduler_output"], arguments["aux_hidden_states"]
+        if (
+            isinstance(self.drafter, DFlashProposer)
+            and scheduler_output.num_spec_tokens_to_schedule == 0
+            and not any(scheduler_output.scheduled_spec_decode_tokens.values())  # every token is context
+            and aux is not None
+        ):
+            count = scheduler_output.total_num_scheduled_tokens
+            cad = arguments["common_attn_metadata"]
+            positions = self._get_positions(count).clone()
+            slots = context_slots(cad.block_table_tensor, cad.query_start_loc, positions, self.drafter.block_size)
+            backlog.add(torch.cat([h[:count] for h in aux], dim=-1), positions, slots)
+            if backlog.tokens >= BACKLOG_TOKENS:
+                backlog.store(self.drafter.model)
+            return torch.empty(self.input_batch.num_reqs, 0, dtype=torch.int64, device=positions.device)
+        backlog.store(self.drafter.model)
+        return propose_draft_token_ids(self, *args, **kwargs)
+
+    deferred._dspark = True  # type: ignore[attr-defined]
+    GPUModelRunner.propose_draft_token_ids = deferred
+
+
 def skip_forward_at_zero_drafts() -> None:
     from vllm.v1.spec_decode.dflash import DFlashProposer
 
@@ -96,3 +188,4 @@ def skip_forward_at_zero_drafts() -> None:
 def install() -> None:
     fix_context_k_norm()
     skip_forward_at_zero_drafts()
+    defer_context_at_zero_drafts()

@@ -8,6 +8,7 @@ Each module below replaces named internals of the supported vLLM (its ``REPLACES
 
 - ``grammar_counter``: counts grammar-forced tokens (structured-output manager);
 - ``speculation_gate``: drafts only where they pay, per request (scheduler, engine core);
+- ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
 - ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
 """
 
@@ -17,13 +18,13 @@ import json
 import os
 from pathlib import Path
 
-from dspark_bench.engine_patch import dflash_fixes, grammar_counter, speculation_gate
+from dspark_bench.engine_patch import dflash_fixes, grammar_counter, no_draft_step, speculation_gate
 from dspark_bench.engine_patch.state import STATE_DIR_ENV, STATUS_ENV, engine_counters
 
 GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
 TOUCHPOINTS: dict[str, tuple[str, ...]] = {
     module.__name__.rsplit(".", 1)[1]: (*module.REPLACES, *getattr(module, "READS", ()))
-    for module in (grammar_counter, speculation_gate, dflash_fixes)
+    for module in (grammar_counter, speculation_gate, no_draft_step, dflash_fixes)
 }
 
 
@@ -37,6 +38,8 @@ def register() -> None:
     counters = engine_counters(state_dir)
     if facts.get("drafter") == "dflash":
         dflash_fixes.install()
-    if facts.get("drafter", "off") != "off" and os.environ.get(GATE_ENV, "1") != "0":
-        speculation_gate.install(speculation_gate.SpeculationGate(counters))
+    if facts.get("drafter", "off") != "off":
+        no_draft_step.install()
+        if os.environ.get(GATE_ENV, "1") != "0":
+            speculation_gate.install(speculation_gate.SpeculationGate(counters))
     grammar_counter.install(grammar_counter.GrammarForcedCounter(counters))

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dspark_bench.engine_patch import engine_plugin, grammar_counter, speculation_gate
+from dspark_bench.engine_patch import engine_plugin, grammar_counter, no_draft_step, speculation_gate
 from dspark_bench.engine_patch.dflash_fixes import normalize_per_layer
 from dspark_bench.engine_patch.grammar_counter import GrammarForcedCounter, single_token_rows
 from dspark_bench.engine_patch.state import STATUS_ENV, EngineCounters, read_counters
@@ -92,6 +92,7 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     installed = []
     monkeypatch.setattr(grammar_counter, "install", lambda counter: installed.append("grammar"))
     monkeypatch.setattr(speculation_gate, "install", lambda gate: installed.append("gate"))
+    monkeypatch.setattr(no_draft_step, "install", lambda: installed.append("sampler"))
     monkeypatch.delenv(STATUS_ENV, raising=False)
     monkeypatch.setenv("DSPARK_STATE_DIR", str(tmp_path))
     engine_plugin.register()  # a stock server on the same installation
@@ -103,7 +104,7 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     assert installed == ["grammar"]  # speculation off: nothing to gate
     monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True, "drafter": "ngram"}))
     engine_plugin.register()
-    assert installed == ["grammar", "gate", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
+    assert installed == ["grammar", "sampler", "gate", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
 
 
 def test_agrees_with_xgrammar_on_a_real_grammar():
@@ -141,3 +142,47 @@ def test_dflash_context_keys_are_normalised_each_by_its_own_layer():
         pytest.fail("vLLM's grouped K-norm is right on this build: the plugin's correction can go")
 
 
+
+
+def test_deferred_context_lands_in_the_slots_vllms_dflash_kernel_computes():
+    """context_slots against vLLM's own DFlash input kernel (its CPU fallback), on two requests of a step."""
+    torch = pytest.importorskip("torch")
+    from vllm.utils import cpu_triton_utils
+
+    from dspark_bench.engine_patch.dflash_fixes import context_slots
+
+    block_size, block_table = 4, torch.tensor([[7, 3, 9, 0], [2, 5, 0, 0]], dtype=torch.int32)
+    query_start_loc = torch.tensor([0, 3, 4], dtype=torch.int32)  # request 0: 3 context tokens, request 1: 1
+    positions = torch.tensor([5, 6, 7, 4], dtype=torch.int64)
+    out = {name: torch.zeros(n, dtype=torch.int64) for name, n in (("ids", 4), ("ctx_pos", 4), ("q_pos", 4), ("ctx_slots", 4), ("q_slots", 4))}
+    token_indices = torch.zeros(2, dtype=torch.int32)
+    kernel = cpu_triton_utils._copy_and_expand_dflash_inputs_kernel_impl
+    kernel(
+        torch.tensor([11, 12]), positions, out["ids"], out["ctx_pos"], out["q_pos"], out["ctx_slots"], out["q_slots"],
+        token_indices, block_table, block_table.stride(0), query_start_loc, None, 0, block_size, 2, 1, 4,
+    )
+    assert context_slots(block_table, query_start_loc, positions, block_size).tolist() == out["ctx_slots"].tolist()
+
+
+def test_the_backlog_is_stored_in_one_call_and_the_latest_write_to_a_slot_wins():
+    torch = pytest.importorskip("torch")
+    from dspark_bench.engine_patch.dflash_fixes import ContextBacklog, last_writes
+
+    assert last_writes(torch.tensor([5, 2, 5, 7])).tolist() == [False, True, True, True]
+    calls = []
+
+    class Drafter:
+        def combine_hidden_states(self, states):
+            return states * 10
+
+        def precompute_and_store_context_kv(self, states, positions, slots):
+            calls.append((states[:, 0].tolist(), positions.tolist(), slots.tolist()))
+
+    backlog = ContextBacklog()
+    backlog.store(Drafter())
+    assert calls == []  # nothing kept aside: nothing stored
+    backlog.add(torch.tensor([[1.0], [2.0]]), torch.tensor([0, 1]), torch.tensor([40, 41]))
+    backlog.add(torch.tensor([[3.0]]), torch.tensor([0]), torch.tensor([40]))  # slot 40 freed and given to another request
+    assert backlog.tokens == 3
+    backlog.store(Drafter())
+    assert calls == [([20.0, 30.0], [1, 0], [41, 40])] and backlog.tokens == 0
