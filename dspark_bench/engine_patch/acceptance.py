@@ -19,11 +19,10 @@ first step, on one whose drafts miss it does not draft at all until a shadow say
 bitmask rows, no grammar walk, no verification.
 
 A request at ``n = 0`` earns its drafts back by *shadow* checks: drafts made for it anyway (because
-another request in the batch drafts, or at a probe step) are kept aside unverified and compared with
-the tokens the target really wrote next (``landed``); what would have landed is recorded as if it had
-been verified. When no request drafts, the drafter does not run at all, except at probe steps spaced
-by ``ProbeClock`` (doubling while nothing lands), so a workload whose drafts never land pays one
-drafter pass every ``PROBE_LONGEST`` steps. ``speculation_gate`` applies all of this inside vLLM.
+another request in the batch drafts, or to judge a new request) are kept aside unverified and compared
+with the tokens the target really wrote next (``landed``); what would have landed is recorded as if
+it had been verified. When no request drafts, the drafter does not run at all.
+``speculation_gate`` applies all of this inside vLLM.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ DECAY = 0.8  # weight of a step one step older; ~5 steps of memory
 POPULATION_DECAY = 0.98  # the server-wide estimate: ~50 steps of memory
 PRIOR_ACCEPTED, PRIOR_REJECTED = 4.0, 0.5  # before anything was verified: rate 0.89, drafts on JSON mostly land
 PRIOR_WEIGHT = 2.0  # a new request's prior, in accepted + rejected units of its own steps
-PROBE_FIRST, PROBE_LONGEST = 8, 64  # steps without drafting before the drafter runs once to look
 
 
 @dataclass
@@ -90,24 +88,3 @@ def landed(drafts: Sequence[int], written: Sequence[int]) -> int:
             break
         count += 1
     return count
-
-
-@dataclass
-class ProbeClock:
-    """When the drafter runs although no request asks for drafts: after ``interval`` idle steps, the
-    interval doubling each time a probe finds nothing to draft, back to ``PROBE_FIRST`` once a request
-    drafts again."""
-
-    interval: int = PROBE_FIRST
-    idle: int = 0
-
-    def tick(self, anyone_drafts: bool) -> bool:
-        """One step; whether the drafter runs after it."""
-        if anyone_drafts:
-            self.interval, self.idle = PROBE_FIRST, 0
-            return True
-        self.idle += 1
-        if self.idle < self.interval:
-            return False
-        self.idle, self.interval = 0, min(2 * self.interval, PROBE_LONGEST)
-        return True

@@ -12,18 +12,22 @@
   forward (``precompute_and_store_context_kv``); its query slots are rewritten by the next step's
   context. So at 0 drafts only the context is stored, and the forward, the LM head and the sampling
   are skipped; drafts made later still see every earlier position.
-- Context later, in one batch: storing one step's context is a few small matrix products per
-  token, which on a CPU cost nearly as much for one row as for a hundred. So a step that verified no
-  drafts and asks for none keeps the target's hidden states aside (``ContextBacklog``) instead of
-  storing them; the backlog is stored in one call before the drafter's next pass, or once it holds
-  ``BACKLOG_TOKENS``. Where a slot appears twice (its block freed and given to another request), the
+- Only the context that may be drafted from: tokens of requests the speculation gate calls dormant
+  (``CONTEXT_IDS``) are not stored at all.
+- Context later, in one batch: a step that verified no drafts and asks for none keeps the target's
+  hidden states aside (``ContextBacklog``); the backlog is stored in one call before the drafter's
+  next pass, or once it holds ``BACKLOG_TOKENS``: larger matrix products, and no work at all while the
+  drafter is idle. Where a slot appears twice (its block freed and given to another request), the
   later write wins, as it would have step by step.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Collection, Sequence
 from typing import Any
+
+from dspark_bench.engine_patch.state import CONTEXT_IDS
 
 REPLACES = (
     "vllm.model_executor.models.qwen3_dflash:DFlashQwen3Model._normalize_context_k",
@@ -97,6 +101,15 @@ def context_slots(block_table, query_start_loc, positions, block_size: int):
     return block_table[request_of, blocks].to(torch.int64) * block_size + positions % block_size
 
 
+def request_tokens(query_start_loc, request_ids: Sequence[str], wanted: Collection[str]):
+    """Mask of a step's tokens that belong to the ``wanted`` requests (``request_ids``: the batch's order)."""
+    import torch
+
+    query_lengths = query_start_loc[1:] - query_start_loc[:-1]
+    chosen = torch.tensor([request_id in wanted for request_id in request_ids[: len(query_lengths)]], dtype=torch.bool)
+    return torch.repeat_interleave(chosen.to(query_lengths.device), query_lengths)
+
+
 def last_writes(slots):
     """Mask of the entries that are the last write to their slot (earlier ones would be overwritten)."""
     import torch
@@ -156,7 +169,12 @@ def defer_context_at_zero_drafts() -> None:
             cad = arguments["common_attn_metadata"]
             positions = self._get_positions(count).clone()
             slots = context_slots(cad.block_table_tensor, cad.query_start_loc, positions, self.drafter.block_size)
-            backlog.add(torch.cat([h[:count] for h in aux], dim=-1), positions, slots)
+            states = torch.cat([h[:count] for h in aux], dim=-1)
+            if (wanted := getattr(scheduler_output, CONTEXT_IDS, None)) is not None:  # dormant requests' context: never needed
+                keep = request_tokens(cad.query_start_loc, self.input_batch.req_ids, wanted)
+                states, positions, slots = states[keep], positions[keep], slots[keep]
+            if len(slots):
+                backlog.add(states, positions, slots)
             if backlog.tokens >= BACKLOG_TOKENS:
                 backlog.store(self.drafter.model)
             return torch.empty(self.input_batch.num_reqs, 0, dtype=torch.int64, device=positions.device)

@@ -12,6 +12,8 @@ STATUS_ENV = "DSPARK_STATUS"  # JSON of what dspark-serve switched on and why (i
 STATE_DIR_ENV = "DSPARK_STATE_DIR"  # folder the engine process and the API server share while serving
 SCHEMA_STATE_FILE = "schemas.json"  # written by the launcher's schema precompile thread
 COUNTER_GLOB = "engine-*.counters"  # one memory-mapped counters file per engine process
+# SchedulerOutput attribute (engine core -> worker): the requests whose context the drafter keeps (None: all)
+CONTEXT_IDS = "dspark_context_ids"
 
 # The counters file's int64 slots, in order. Tokens: kept under a grammar, and of those the ones the
 # grammar forced (one allowed token). Steps: engine steps that ran the model, those after which the

@@ -186,3 +186,12 @@ def test_the_backlog_is_stored_in_one_call_and_the_latest_write_to_a_slot_wins()
     assert backlog.tokens == 3
     backlog.store(Drafter())
     assert calls == [([20.0, 30.0], [1, 0], [41, 40])] and backlog.tokens == 0
+
+
+def test_only_the_wanted_requests_tokens_are_kept_for_the_drafter():
+    torch = pytest.importorskip("torch")
+    from dspark_bench.engine_patch.dflash_fixes import request_tokens
+
+    query_start_loc = torch.tensor([0, 3, 4, 6])  # three requests: 3, 1 and 2 tokens this step
+    assert request_tokens(query_start_loc, ["a", "b", "c"], {"a", "c"}).tolist() == [True] * 3 + [False] + [True] * 2
+    assert request_tokens(query_start_loc, ["a", "b", "c"], frozenset()).tolist() == [False] * 6

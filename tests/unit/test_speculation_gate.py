@@ -1,10 +1,10 @@
-"""Which requests draft (acceptance.draft_budget), shadows that earn drafts back, probe steps, and the
-speculation gate's bookkeeping on vLLM's own Request objects."""
+"""Which requests draft (acceptance.draft_budget), shadows that earn drafts back, dormant requests, and
+the speculation gate's bookkeeping on vLLM's own Request objects."""
 
 import pytest
 
-from dspark_bench.engine_patch.acceptance import PROBE_FIRST, PROBE_LONGEST, Acceptance, ProbeClock, draft_budget, landed
-from dspark_bench.engine_patch.speculation_gate import SpeculationGate
+from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget, landed
+from dspark_bench.engine_patch.speculation_gate import YOUNG_PROBE, SpeculationGate
 from dspark_bench.engine_patch.state import EngineCounters, read_counters
 
 
@@ -35,16 +35,6 @@ def test_landed_is_the_common_prefix():
     assert landed([], [1]) == 0
 
 
-def test_probe_clock_doubles_while_nothing_drafts_and_resets_when_something_does():
-    clock = ProbeClock()
-    runs = [clock.tick(False) for _ in range(PROBE_FIRST + 2 * PROBE_FIRST)]
-    assert [i for i, ran in enumerate(runs) if ran] == [PROBE_FIRST - 1, 3 * PROBE_FIRST - 1]
-    for _ in range(20 * PROBE_LONGEST):
-        clock.tick(False)
-    assert clock.interval == PROBE_LONGEST
-    assert clock.tick(True) and clock.interval == PROBE_FIRST
-
-
 @pytest.fixture(scope="module")
 def make_request():
     pytest.importorskip("vllm")
@@ -70,17 +60,37 @@ def test_a_request_whose_drafts_miss_stops_drafting_and_the_drafter_stops(make_r
     counters = EngineCounters(tmp_path / "engine-1.counters")
     gate = SpeculationGate(counters)
     requests = {"odd": make_request("odd", [1, 2, 3])}
-    assert gate.plan_step(["odd"], 12) == 12  # new: drafts
+    assert gate.plan_step(["odd"], 12) == (12, ["odd"])  # new, and the server's drafts have landed so far: drafts
     for _ in range(4):  # none of its drafts land, step after step
         _verify(gate, requests, {"odd": list(range(12))}, {"odd": 0})
     drafts = [list(range(12))]
     gate.cut(["odd"], drafts, requests)
-    assert drafts == [[]]  # no draft positions: no bitmask rows, no grammar walk, no verification
-    plans = [gate.plan_step(["odd"], 12) for _ in range(PROBE_FIRST)]
-    assert plans == [0] * (PROBE_FIRST - 1) + [12]  # the drafter skips, then runs once to look (a probe)
+    assert drafts == [[]] and "odd" in gate.shadows  # no draft positions: no bitmask rows, no grammar walk, no verification
+    gate.shadows.clear()  # (its shadow missed too)
+    plans = [gate.plan_step(["odd"], 12) for _ in range(20)]
+    assert plans == [(0, [])] * 20  # dormant: no drafter pass, and the worker keeps none of its context
     counts = read_counters(tmp_path)
-    assert counts["engine_steps"] == PROBE_FIRST + 1 and counts["drafter_steps"] == 2 and counts["probe_steps"] == 1
-    assert gate.plan_step(["odd"], 0) == 0 and not gate.drafting  # vLLM's own length wins when it says 0
+    assert counts["engine_steps"] == 21 and counts["drafter_steps"] == 1 and counts["probe_steps"] == 0
+    assert gate.plan_step(["odd"], 0) == (0, []) and not gate.drafting  # vLLM's own length wins when it says 0
+
+
+def test_a_new_request_is_judged_by_a_shadow_when_the_server_drafts_nothing(make_request, tmp_path):
+    gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"))
+    requests = {"old": make_request("old", [1, 2, 3]), "new": make_request("new", [4, 5])}
+    for _ in range(30):  # the server's drafts have stopped landing: a new request starts without drafts
+        _verify(gate, requests, {"old": list(range(12))}, {"old": 0})
+    assert gate.budget("new", 12) == 0
+    plans = [gate.plan_step(["old", "new"], 12) for _ in range(YOUNG_PROBE)]
+    assert [k for k, _ in plans] == [0] * (YOUNG_PROBE - 1) + [12]  # the drafter runs once to judge it (a probe)
+    assert all(live == ["new"] for _, live in plans)  # only the new request's context is kept
+    assert read_counters(tmp_path)["probe_steps"] == 1
+    drafts = [list(range(12)), [50, 51, 52]]
+    gate.cut(["old", "new"], drafts, requests)
+    assert drafts == [[], []] and set(gate.shadows) == {"old", "new"}
+    requests["new"].append_output_token_ids([50, 51, 52])  # what it would have drafted is what it wrote
+    requests["old"].append_output_token_ids([9])
+    gate.after_step({}, {}, [], requests)
+    assert gate.budget("new", 12) > 0 and gate.plan_step(["old", "new"], 12) == (12, ["new"])
 
 
 def test_a_shadow_that_would_have_landed_earns_drafts_back(make_request):
