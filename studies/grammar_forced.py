@@ -17,7 +17,7 @@ from pathlib import Path
 
 import xgrammar as xgr
 
-from dspark_bench.engine_patch.engine_plugin import single_token_rows
+from dspark_bench.engine_patch.grammar_counter import single_token_rows
 from dspark_bench.scenarios import Split, load_scenario
 from models.tokenizer import load_tokenizer
 
