@@ -28,9 +28,11 @@ it had been verified. When no request drafts, the drafter does not run at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-# One more verified position as a share of a step's fixed cost. Measured on the 2-core CPU machine at
+import numpy as np
+
+# Until ``StepCosts`` has measured this machine: one more verified position as a share of a step's fixed cost. Measured on the 2-core CPU machine at
 # one user: 9 positions 12.5 ms against 7.3 for one (0.65 ms each).
 VERIFY_COST = 0.05
 # Drafting at all, as a share of a plain step: the drafter's pass plus the extra engine/worker round
@@ -88,3 +90,55 @@ def landed(drafts: Sequence[int], written: Sequence[int]) -> int:
             break
         count += 1
     return count
+
+
+MIN_DRAFTED_STEPS = 5  # steps with and without the drafter's pass before its cost is taken from the fit
+
+
+@dataclass
+class StepCosts:
+    """What a step costs on this machine, measured while serving: a least-squares fit, forgetting old
+    steps (``decay``), of each step's seconds as fixed + per scheduled position + the drafter's pass.
+
+    A CPU without wide bf16 units pays for every position it verifies almost as much as for a decoding
+    step (a 2-core AMD EPYC with AVX2: 13 positions ~10x one), one with AMX almost nothing; so the
+    costs ``draft_budget`` weighs come from the machine at hand, not from a table."""
+
+    decay: float = 0.995
+    normal: np.ndarray = field(default_factory=lambda: np.zeros((3, 3)))
+    target: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    drafted_steps: float = 0.0
+
+    def record(self, positions: int, drafted: bool, seconds: float) -> None:
+        x = np.array([1.0, float(positions), 1.0 if drafted else 0.0])
+        self.normal = self.decay * self.normal + np.outer(x, x)
+        self.target = self.decay * self.target + x * seconds
+        self.drafted_steps = self.decay * self.drafted_steps + (1.0 if drafted else 0.0)
+
+    def fit(self) -> tuple[float, float, float] | None:
+        """(fixed, per position, drafter pass) in seconds; None until the steps seen tell them apart."""
+        if self.normal[0, 0] < 20:
+            return None
+        # The drafter's pass is told apart from the fixed cost only where both kinds of step were seen.
+        undrafted = self.normal[0, 0] - self.drafted_steps
+        columns = [0, 1, 2] if min(self.drafted_steps, undrafted) >= MIN_DRAFTED_STEPS else [0, 1]
+        system = self.normal[np.ix_(columns, columns)] + 1e-12 * np.eye(len(columns))
+        try:
+            solved = np.linalg.solve(system, self.target[columns])
+        except np.linalg.LinAlgError:
+            return None
+        fixed, per_position = max(float(solved[0]), 1e-6), max(float(solved[1]), 0.0)
+        drafter = max(float(solved[2]), 0.0) if len(columns) == 3 else float("nan")
+        return fixed, per_position, drafter
+
+    def relative(self, batch: int) -> tuple[float, float]:
+        """(VERIFY_COST, DRAFT_COST) for one request of a ``batch``: one more verified position, and the
+        drafter's pass, each as a share of that request's part of a plain step; the constants until
+        measured."""
+        fitted = self.fit()
+        if fitted is None:
+            return VERIFY_COST, DRAFT_COST
+        fixed, per_position, drafter = fitted
+        plain = fixed + per_position * max(batch, 1)
+        verify = per_position * max(batch, 1) / plain
+        return verify, (DRAFT_COST if drafter != drafter else drafter / plain)  # nan: not measured yet

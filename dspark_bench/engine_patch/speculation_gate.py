@@ -23,11 +23,12 @@ the context of the few tokens its shadow takes to miss.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspark_bench.engine_patch.acceptance import POPULATION_DECAY, Acceptance, draft_budget, landed
+from dspark_bench.engine_patch.acceptance import POPULATION_DECAY, Acceptance, StepCosts, draft_budget, landed
 from dspark_bench.engine_patch.state import CONTEXT_IDS, EngineCounters
 
 REPLACES = (
@@ -62,10 +63,28 @@ class SpeculationGate:
     shadows: dict[str, Shadow] = field(default_factory=dict)
     drafting: bool = True  # whether the worker drafts after the step being executed
     since_drafted: int = 0  # steps since the worker last drafted
+    costs: StepCosts = field(default_factory=StepCosts)
+    batch: int = 1  # running requests in the step being planned
+    _step: tuple[float, int, bool] | None = None  # (started, positions, drafter runs after it)
 
     def budget(self, request_id: str, longest: int) -> int:
         acceptance = self.history.get(request_id) or self.population.prior()
-        return draft_budget(acceptance.rate, longest)
+        verify_cost, draft_cost = self.costs.relative(self.batch)
+        return draft_budget(acceptance.rate, longest, verify_cost, draft_cost)
+
+    def step_started(self, positions: int) -> None:
+        self._step = (time.perf_counter(), positions, self.drafting)
+
+    def step_finished(self) -> None:
+        """The step's worker time (forward, sampling, and the drafter's pass when it ran) into the fit."""
+        if self._step is not None:
+            started, positions, drafted = self._step
+            self.costs.record(positions, drafted, time.perf_counter() - started)
+            self._step = None
+            if self.counters is not None and (fitted := self.costs.fit()) is not None:
+                for name, seconds in zip(("step_fixed_us", "step_per_position_us", "drafter_pass_us"), fitted, strict=True):
+                    if seconds == seconds:
+                        self.counters.set(name, int(seconds * 1e6))
 
     def record(self, request_id: str, drafted: int, accepted: int) -> None:
         if request_id not in self.history:
@@ -81,6 +100,7 @@ class SpeculationGate:
         """Drafts per request the worker makes after this step: ``longest`` (vLLM's choice for this batch)
         when some running request's acceptance pays for it or a probe is due, else 0; and the running
         requests whose context the drafter should keep (all but the dormant ones)."""
+        self.batch = max(len(running_ids), 1)
         live = [r for r in running_ids if not self.dormant(r, max(longest, 1))]
         anyone = longest > 0 and any(self.budget(request_id, longest) > 0 for request_id in live)
         young = any(r not in self.history and r not in self.shadows for r in live)
@@ -151,9 +171,11 @@ def install(gate: SpeculationGate) -> None:
             running = [request.request_id for request in self.running]
             output.num_spec_tokens_to_schedule, live = gate.plan_step(running, output.num_spec_tokens_to_schedule)
             setattr(output, CONTEXT_IDS, None if len(live) == len(running) else frozenset(live))
+            gate.step_started(output.total_num_scheduled_tokens)
         return output
 
     def recorded(self, scheduler_output, model_runner_output):
+        gate.step_finished()
         outputs = update_from_output(self, scheduler_output, model_runner_output)
         gate.after_step(
             scheduler_output.scheduled_spec_decode_tokens,

@@ -17,8 +17,19 @@ CONTEXT_IDS = "dspark_context_ids"
 
 # The counters file's int64 slots, in order. Tokens: kept under a grammar, and of those the ones the
 # grammar forced (one allowed token). Steps: engine steps that ran the model, those after which the
-# drafter ran, and of those the probes (no request asked for drafts: speculation_gate).
-COUNTERS = ("grammar_forced_tokens", "constrained_tokens", "engine_steps", "drafter_steps", "probe_steps")
+# drafter ran, and of those the probes (no request asked for drafts: speculation_gate). Then what a step
+# costs on this machine as the gate measured it (microseconds: fixed, per scheduled position, drafter pass).
+COUNTERS = (
+    "grammar_forced_tokens",
+    "constrained_tokens",
+    "engine_steps",
+    "drafter_steps",
+    "probe_steps",
+    "step_fixed_us",
+    "step_per_position_us",
+    "drafter_pass_us",
+)
+MEASURES = COUNTERS[5:]  # set, not summed: read_counters gives the largest over the engine processes
 
 
 class EngineCounters:
@@ -28,10 +39,17 @@ class EngineCounters:
         self.path = path
         self._values: np.ndarray | None = None
 
-    def add(self, name: str, amount: int = 1) -> None:
+    @property
+    def values(self) -> np.ndarray:
         if self._values is None:  # only the engine process ever counts: no empty files from the others
             self._values = np.memmap(self.path, dtype=np.int64, mode="w+", shape=(len(COUNTERS),))
-        self._values[COUNTERS.index(name)] += amount
+        return self._values
+
+    def add(self, name: str, amount: int = 1) -> None:
+        self.values[COUNTERS.index(name)] += amount
+
+    def set(self, name: str, value: int) -> None:
+        self.values[COUNTERS.index(name)] = value
 
 
 def engine_counters(state_dir: str | os.PathLike) -> EngineCounters:
@@ -41,9 +59,13 @@ def engine_counters(state_dir: str | os.PathLike) -> EngineCounters:
 def read_counters(state_dir: str | os.PathLike) -> dict[str, int]:
     """Every counter summed over the engine processes of one server (0 where none has counted)."""
     totals = np.zeros(len(COUNTERS), dtype=np.int64)
+    measured = len(COUNTERS) - len(MEASURES)
     for path in Path(state_dir).glob(COUNTER_GLOB):
-        values = np.fromfile(path, dtype=np.int64)[: len(COUNTERS)]
-        totals[: values.size] += values
+        values = np.zeros(len(COUNTERS), dtype=np.int64)
+        found = np.fromfile(path, dtype=np.int64)[: len(COUNTERS)]
+        values[: found.size] = found
+        totals[:measured] += values[:measured]
+        totals[measured:] = np.maximum(totals[measured:], values[measured:])
     return {name: int(value) for name, value in zip(COUNTERS, totals, strict=True)}
 
 

@@ -1,9 +1,15 @@
 """CI regression gates: a run's results checked against a committed thresholds file.
 
 A thresholds file (YAML) says, per arm and concurrency level, the smallest effective-throughput ratio
-to a reference arm of the same run, the largest invalid-JSON rate, and how much P95 latency may grow
-over a committed reference run. Every check gets a noise margin: the file's ``noise_margin``, or the
-run's own spread across repeats where that is larger (this machine is shared and noisy).
+to a reference arm of the same run, the smallest mean acceptance length (the arm's drafts land: a
+patch whose speculation is off fails it on any machine), the largest invalid-JSON rate, and how much
+P95 latency may grow over a committed reference run. Every check gets a noise margin: the file's
+``noise_margin``, or the run's own spread across repeats where that is larger.
+
+Speed-ups are facts about a machine: verification is nearly free on a CPU with AMX and costs almost
+a decoding step per position on one with only AVX2. So ``by_cpu`` gives each CPU class
+(``cpu_class``: amx, avx512, avx2) its own ``min_speedup``, and P95 is compared with the reference run
+only on the CPU class it was recorded on.
 """
 
 from __future__ import annotations
@@ -20,7 +26,28 @@ from dspark_bench.loadtests.results import levels_frame
 
 MAX_NOISE_MARGIN = 0.25  # however noisy the run, a limit never moves by more than this
 MAX_STALLED = 0.1  # a level with more streams read in one piece has suspect timings
-KNOWN_KEYS = {"bench_config", "reference_run", "against", "noise_margin", "min_speedup", "max_invalid_rate", "max_p95_regression"}
+KNOWN_KEYS = {
+    "bench_config",
+    "reference_run",
+    "against",
+    "noise_margin",
+    "min_speedup",
+    "by_cpu",
+    "min_acceptance_length",
+    "max_invalid_rate",
+    "max_p95_regression",
+}
+CPU_CLASSES = ("amx", "avx512", "avx2", "other")
+
+
+def cpu_class(machine: dict[str, Any] | None) -> str:
+    """The class of CPU a run's machine record says it ran on: what decides how cheap verification is."""
+    flags = set((machine or {}).get("cpu_flags") or ())
+    if (machine or {}).get("amx") or any(f.startswith("amx") for f in flags):
+        return "amx"
+    if any(f.startswith("avx512") for f in flags):
+        return "avx512"
+    return "avx2" if "avx2" in flags else "other"
 
 
 class GateError(ValueError):
@@ -32,6 +59,8 @@ class Thresholds:
     against: str = REFERENCE_ARM  # speed-ups are ratios to this arm, in the same run
     noise_margin: float = 0.05  # relative slack on every check, at least
     min_speedup: dict[str, dict[int, float]] = field(default_factory=dict)  # arm -> level -> ratio
+    by_cpu: dict[str, dict[str, dict[int, float]]] = field(default_factory=dict)  # CPU class -> its own min_speedup
+    min_acceptance_length: dict[str, dict[int, float]] = field(default_factory=dict)  # arm -> level -> length
     max_invalid_rate: dict[str, float] = field(default_factory=dict)  # arm -> rate (0.01 = 1%)
     max_p95_regression: float | None = None  # 0.25: P95 may be 25% above the reference run's
     reference_run: Path | None = None  # results.json (or its folder) of the reference run
@@ -50,7 +79,7 @@ class Check:
 
     @property
     def lower_bound(self) -> bool:
-        return self.check.startswith("speed") or self.check == "run complete"
+        return self.check.startswith("speed") or self.check in ("run complete", "mean acceptance length")
 
 
 def load_thresholds(path: str | Path) -> Thresholds:
@@ -69,10 +98,9 @@ def load_thresholds(path: str | Path) -> Thresholds:
         return Thresholds(
             against=str(raw.get("against", REFERENCE_ARM)),
             noise_margin=float(raw.get("noise_margin", 0.05)),
-            min_speedup={
-                str(arm): {int(level): float(v) for level, v in levels.items()}
-                for arm, levels in (raw.get("min_speedup") or {}).items()
-            },
+            min_speedup=_arm_levels(raw.get("min_speedup")),
+            by_cpu={str(cls): _arm_levels((spec or {}).get("min_speedup")) for cls, spec in (raw.get("by_cpu") or {}).items()},
+            min_acceptance_length=_arm_levels(raw.get("min_acceptance_length")),
             max_invalid_rate={str(arm): float(v) for arm, v in (raw.get("max_invalid_rate") or {}).items()},
             max_p95_regression=None if raw.get("max_p95_regression") is None else float(raw["max_p95_regression"]),
             reference_run=here / raw["reference_run"] if raw.get("reference_run") else None,
@@ -83,6 +111,10 @@ def load_thresholds(path: str | Path) -> Thresholds:
             f"{path}: a value has the wrong shape ({exc}); fix: min_speedup is arm -> level -> number, "
             "max_invalid_rate is arm -> number"
         ) from None
+
+
+def _arm_levels(raw: Any) -> dict[str, dict[int, float]]:
+    return {str(arm): {int(level): float(v) for level, v in levels.items()} for arm, levels in (raw or {}).items()}
 
 
 def _by_arm_level(results: dict[str, Any]):
@@ -105,8 +137,20 @@ def _by_arm_level(results: dict[str, Any]):
             "problems": "; ".join(sorted({str(p) for p in rows.get("level_problems", pd.Series(dtype=str)).dropna() if p})),
             "stalled": float(rows["stalled_stream_rate"].max()) if "stalled_stream_rate" in rows else 0.0,
             "incomplete": bool(rows["incomplete"].fillna(False).astype(bool).any()) if "incomplete" in rows else False,
+            "acceptance": _acceptance_length(results, str(arm), int(level)),
         }
     return out
+
+
+def _acceptance_length(results: dict[str, Any], arm: str, level: int) -> float:
+    """Mean acceptance length over a level's repeats, from vLLM's counters (1.0: nothing drafted or landed)."""
+    drafts = accepted = 0.0
+    for row in results.get("levels", []):
+        if row.get("arm") == arm and int(row.get("level", -1)) == level:
+            server = row.get("server") or {}
+            drafts += float(server.get("vllm:spec_decode_num_drafts", 0.0))
+            accepted += float(server.get("vllm:spec_decode_num_accepted_tokens", 0.0))
+    return 1.0 + accepted / drafts if drafts else 1.0
 
 
 def _measured_cleanly(results: dict[str, Any], stats) -> list[Check]:
@@ -137,7 +181,14 @@ def evaluate(results: dict[str, Any], thresholds: Thresholds, reference: dict[st
     """Every check the thresholds ask for; a level missing from the run fails its check."""
     stats = _by_arm_level(results)
     checks: list[Check] = _measured_cleanly(results, stats)
-    for arm, levels in thresholds.min_speedup.items():
+    machine_class = cpu_class(results.get("machine"))
+    min_speedup = thresholds.by_cpu.get(machine_class, thresholds.min_speedup)
+    for arm, levels in thresholds.min_acceptance_length.items():
+        for level, minimum in sorted(levels.items()):
+            mine = stats.get((arm, level))
+            length = mine["acceptance"] if mine else float("nan")
+            checks.append(Check("mean acceptance length", arm, level, length, minimum, bool(mine) and length >= minimum))
+    for arm, levels in min_speedup.items():
         for level, minimum in sorted(levels.items()):
             mine, base = stats.get((arm, level)), stats.get((thresholds.against, level))
             if not mine or not base or not base["eff"]:
@@ -146,12 +197,17 @@ def evaluate(results: dict[str, Any], thresholds: Thresholds, reference: dict[st
             margin = min(MAX_NOISE_MARGIN, max(thresholds.noise_margin, mine["spread"], base["spread"]))
             ratio = mine["eff"] / base["eff"]
             limit = minimum * (1 - margin)
-            checks.append(Check(f"speed-up vs {thresholds.against}", arm, level, ratio, limit, ratio >= limit))
+            why = f"limit for CPU class {machine_class}"
+            checks.append(Check(f"speed-up vs {thresholds.against}", arm, level, ratio, limit, ratio >= limit, why))
     for arm, maximum in thresholds.max_invalid_rate.items():
         levels = sorted(level for a, level in stats if a == arm)
         worst = max((stats[(arm, level)]["invalid"] for level in levels), default=float("nan"))
         checks.append(Check("not-valid rate", arm, None, worst, maximum, bool(levels) and worst <= maximum))
     if thresholds.max_p95_regression is not None and reference is not None:
+        if (ref_class := cpu_class(reference.get("machine"))) != machine_class:
+            why = f"reference recorded on a CPU of class {ref_class}, this run on {machine_class}: P95 not compared"
+            checks.append(Check("P95 ms vs reference", "all", None, float("nan"), float("nan"), True, why))
+            return checks
         ref_stats = _by_arm_level(reference)
         for (arm, level), mine in sorted(stats.items()):
             ref = ref_stats.get((arm, level))
@@ -175,7 +231,7 @@ def format_checks(checks: list[Check]) -> str:
         lines.append(
             f"{'PASS' if c.passed else 'FAIL':6}  {c.check:32}  {c.arm:22}  {level:>5}  {c.measured:>10.3f}  "
             f"{('>= ' if c.lower_bound else '<= ') + f'{c.limit:.3f}':>10}"
-            + (f"  {c.detail}" if c.detail and not c.passed else "")
+            + (f"  {c.detail}" if c.detail and (not c.passed or c.measured != c.measured) else "")
         )
     failed = sum(not c.passed for c in checks)
     lines.append(f"gate: {'FAILED' if failed else 'passed'} ({len(checks) - failed}/{len(checks)} checks passed)")

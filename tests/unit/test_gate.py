@@ -131,3 +131,47 @@ def test_gate_command_on_the_committed_reference_run(tmp_path, capsys):
     assert main(["gate", "--run", str(run), "--thresholds", str(strict)]) == 1
     assert "FAIL" in capsys.readouterr().out and (run / "gate.json").exists()
     assert main(["gate", "--run", str(run), "--thresholds", str(tmp_path / "none.yaml")]) == 2
+
+
+REFERENCE = __import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks" / "gate" / "reference" / "results.json"
+
+
+def test_the_cpu_class_picks_its_own_speed_limits_and_p95_is_compared_on_the_same_class_only():
+    import copy
+    import json
+
+    from dspark_bench.reports.gate import cpu_class
+
+    reference = json.loads(REFERENCE.read_text())
+    assert cpu_class(reference["machine"]) == "amx"
+    assert cpu_class({"cpu_flags": ["avx512f", "avx2"]}) == "avx512" and cpu_class({"cpu_flags": ["avx2"]}) == "avx2"
+    thresholds = Thresholds(
+        noise_margin=0.0,
+        min_speedup={"dspark": {1: 1.8}},
+        by_cpu={"avx2": {"dspark": {1: 0.9}}},
+        max_p95_regression=1.0,
+    )
+    same = evaluate(reference, thresholds, reference)
+    assert _speedups(same)[0].limit == pytest.approx(1.8, abs=0.2)  # margins follow the repeats' spread
+    assert any(c.check.startswith("P95") and c.measured == c.measured for c in same)  # compared: same class
+    avx2 = copy.deepcopy(reference)
+    avx2["machine"]["cpu_flags"], avx2["machine"]["amx"] = ["avx2"], False
+    other = evaluate(avx2, thresholds, reference)
+    assert _speedups(other)[0].limit <= 0.9 and "class avx2" in _speedups(other)[0].detail
+    p95 = [c for c in other if c.check.startswith("P95")]
+    assert len(p95) == 1 and "not compared" in p95[0].detail
+
+
+def test_a_patch_whose_speculation_is_off_fails_the_acceptance_check_on_a_real_run():
+    import copy
+    import json
+
+    reference = json.loads(REFERENCE.read_text())
+    thresholds = Thresholds(min_acceptance_length={"dspark": {1: 6.0}})
+    assert [c.passed for c in evaluate(reference, thresholds) if c.check == "mean acceptance length"] == [True]
+    dead = copy.deepcopy(reference)  # what --dspark-drafter off records: no drafts at all
+    for row in dead["levels"]:
+        for key in [k for k in row.get("server", {}) if k.startswith("vllm:spec_decode")]:
+            del row["server"][key]
+    check = next(c for c in evaluate(dead, thresholds) if c.check == "mean acceptance length")
+    assert not check.passed and check.measured == 1.0

@@ -123,3 +123,34 @@ def test_a_shadow_resolves_at_the_first_miss_and_finished_requests_are_forgotten
     assert "odd" not in gate.shadows and gate.budget("odd", 12) == 0  # 1 of 4 would have landed: still not worth it
     gate.after_step({}, {}, [], {})
     assert gate.history == {} and gate.shadows == {}
+
+
+def _machine(fixed_ms: float, per_position_ms: float, drafter_ms: float):
+    from dspark_bench.engine_patch.acceptance import StepCosts
+
+    costs = StepCosts()
+    for step in range(200):  # 1-user decode steps, verification steps of 13 positions, a prefill now and then
+        positions, drafted = ((1, False), (13, True), (150, False))[step % 3 if step % 17 == 0 else step % 2]
+        costs.record(positions, drafted, (fixed_ms + per_position_ms * positions + (drafter_ms if drafted else 0)) / 1e3)
+    return costs
+
+
+def test_step_costs_are_measured_and_decide_where_drafting_pays():
+    cheap = _machine(fixed_ms=7.0, per_position_ms=0.1, drafter_ms=4.0)  # a CPU with AMX: big verifications are cheap
+    dear = _machine(fixed_ms=5.0, per_position_ms=12.0, drafter_ms=30.0)  # AVX2 only: every position costs a step
+    fixed, per_position, drafter = dear.fit()
+    assert (round(fixed * 1e3, 1), round(per_position * 1e3, 1), round(drafter * 1e3, 1)) == (5.0, 12.0, 30.0)
+    for batch in (1, 8):
+        verify, draft = cheap.relative(batch)
+        assert draft_budget(0.98, 12, verify, draft) == 12  # drafts that land are worth verifying in full
+    verify, draft = dear.relative(8)
+    assert draft_budget(0.98, 12, verify, draft) == 0  # 8 users: a verified position costs as much as a token
+    assert _machine(5.0, 12.0, 30.0).relative(1) != (0.05, 0.5)  # measured, not the fallback constants
+
+
+def test_before_enough_steps_the_costs_are_the_fallback_constants():
+    from dspark_bench.engine_patch.acceptance import DRAFT_COST, VERIFY_COST, StepCosts
+
+    costs = StepCosts()
+    costs.record(1, False, 0.01)
+    assert costs.fit() is None and costs.relative(4) == (VERIFY_COST, DRAFT_COST)
