@@ -108,12 +108,14 @@ class StepCosts:
     normal: np.ndarray = field(default_factory=lambda: np.zeros((3, 3)))
     target: np.ndarray = field(default_factory=lambda: np.zeros(3))
     drafted_steps: float = 0.0
+    fitted: tuple[float, float, float] | None = None  # ``fit()`` as of the last recorded step
 
     def record(self, positions: int, drafted: bool, seconds: float) -> None:
         x = np.array([1.0, float(positions), 1.0 if drafted else 0.0])
         self.normal = self.decay * self.normal + np.outer(x, x)
         self.target = self.decay * self.target + x * seconds
         self.drafted_steps = self.decay * self.drafted_steps + (1.0 if drafted else 0.0)
+        self.fitted = self.fit()
 
     def fit(self) -> tuple[float, float, float] | None:
         """(fixed, per position, drafter pass) in seconds; None until the steps seen tell them apart."""
@@ -135,10 +137,9 @@ class StepCosts:
         """(VERIFY_COST, DRAFT_COST) for one request of a ``batch``: one more verified position, and the
         drafter's pass, each as a share of that request's part of a plain step; the constants until
         measured."""
-        fitted = self.fit()
-        if fitted is None:
+        if self.fitted is None:
             return VERIFY_COST, DRAFT_COST
-        fixed, per_position, drafter = fitted
+        fixed, per_position, drafter = self.fitted
         plain = fixed + per_position * max(batch, 1)
         verify = per_position * max(batch, 1) / plain
         return verify, (DRAFT_COST if drafter != drafter else drafter / plain)  # nan: not measured yet

@@ -38,7 +38,7 @@ VLLM_SPEC_COUNTERS = {
 }
 
 
-class EngineCounters:
+class EngineCountsCollector:
     """Prometheus collector for the counts the engine process keeps in DSPARK_STATE_DIR."""
 
     def collect(self):
@@ -158,7 +158,7 @@ class DSparkMiddleware:
                 str(self.facts.get("drafter")), str(self.facts.get("speculative_length")), str(self.facts.get("response_format"))
             ).set(1)
             SCHEMAS_COMPILED.set_function(lambda: float(_live_facts().get("schemas_compiled", 0)))
-            REGISTRY.register(EngineCounters())
+            REGISTRY.register(EngineCountsCollector())
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

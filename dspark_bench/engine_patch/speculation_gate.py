@@ -28,7 +28,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspark_bench.engine_patch.acceptance import POPULATION_DECAY, Acceptance, StepCosts, draft_budget, landed
+from dspark_bench.engine_patch.acceptance import (
+    DRAFT_COST,
+    POPULATION_DECAY,
+    VERIFY_COST,
+    Acceptance,
+    StepCosts,
+    draft_budget,
+    landed,
+)
 from dspark_bench.engine_patch.state import CONTEXT_IDS, EngineCounters
 
 REPLACES = (
@@ -64,13 +72,12 @@ class SpeculationGate:
     drafting: bool = True  # whether the worker drafts after the step being executed
     since_drafted: int = 0  # steps since the worker last drafted
     costs: StepCosts = field(default_factory=StepCosts)
-    batch: int = 1  # running requests in the step being planned
+    relative_costs: tuple[float, float] = (VERIFY_COST, DRAFT_COST)  # costs.relative() for this step's batch
     _step: tuple[float, int, bool] | None = None  # (started, positions, drafter runs after it)
 
     def budget(self, request_id: str, longest: int) -> int:
         acceptance = self.history.get(request_id) or self.population.prior()
-        verify_cost, draft_cost = self.costs.relative(self.batch)
-        return draft_budget(acceptance.rate, longest, verify_cost, draft_cost)
+        return draft_budget(acceptance.rate, longest, *self.relative_costs)
 
     def step_started(self, positions: int) -> None:
         self._step = (time.perf_counter(), positions, self.drafting)
@@ -81,7 +88,7 @@ class SpeculationGate:
             started, positions, drafted = self._step
             self.costs.record(positions, drafted, time.perf_counter() - started)
             self._step = None
-            if self.counters is not None and (fitted := self.costs.fit()) is not None:
+            if self.counters is not None and (fitted := self.costs.fitted) is not None:
                 for name, seconds in zip(("step_fixed_us", "step_per_position_us", "drafter_pass_us"), fitted, strict=True):
                     if seconds == seconds:
                         self.counters.set(name, int(seconds * 1e6))
@@ -100,7 +107,7 @@ class SpeculationGate:
         """Drafts per request the worker makes after this step: ``longest`` (vLLM's choice for this batch)
         when some running request's acceptance pays for it or a probe is due, else 0; and the running
         requests whose context the drafter should keep (all but the dormant ones)."""
-        self.batch = max(len(running_ids), 1)
+        self.relative_costs = self.costs.relative(len(running_ids))  # once per step: budget() runs per request
         live = [r for r in running_ids if not self.dormant(r, max(longest, 1))]
         anyone = longest > 0 and any(self.budget(request_id, longest) > 0 for request_id in live)
         young = any(r not in self.history and r not in self.shadows for r in live)
