@@ -39,6 +39,7 @@ async def answer(writer: asyncio.StreamWriter) -> None:
 
 
 CONNECTIONS = [0]  # accepted so far: a client that reuses its connections opens one per user
+RESETS = [0]  # POST /reset_prefix_cache calls, as vLLM serves it in dev mode
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -56,7 +57,12 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             if path == b"/v1/chat/completions":
                 await answer(writer)
             else:
-                body = json.dumps({"data": [{"id": "fake"}], "connections": CONNECTIONS[0]}).encode() if path == b"/v1/models" else b""
+                body = b""
+                if path == b"/v1/models":
+                    body = json.dumps({"data": [{"id": "fake"}], "connections": CONNECTIONS[0], "resets": RESETS[0]}).encode()
+                elif path == b"/reset_prefix_cache":
+                    RESETS[0] += 1
+                    body = b'{"success": true}'
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
                 await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):

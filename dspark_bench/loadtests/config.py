@@ -9,7 +9,7 @@ from typing import Any
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import BUILTIN_ARMS, Arm
 from dspark_bench.loadtests.deploy.gpustack_spec import GPUStackSpecError, parse_settings
-from dspark_bench.loadtests.metrics import SLO_KEYS
+from dspark_bench.loadtests.metrics import MIN_WAVES, SLO_KEYS
 from dspark_bench.loadtests.openai_api import MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE
 from dspark_bench.scenarios import Mode, ScenarioError, builtin_names, load_scenario
 
@@ -33,7 +33,7 @@ class RunConfig:
     arrival: str = "poisson"  # open loop: poisson or constant gaps
     max_concurrency: int = 256  # open loop: users sending the due requests, the cap on requests in flight
     workers: int = 0  # Locust worker processes that send the requests (0: the users run in the sweep's process)
-    requests_per_level: int = 200
+    requests_per_level: int = 200  # at least; a closed loop runs whole waves of its users, MIN_WAVES at least
     warmup_requests: int = 2
     repeats: int = 1
     max_tokens: int = MAX_TOKENS
@@ -59,6 +59,16 @@ class RunConfig:
 
     def arm_mode(self, arm: Arm) -> Mode:
         return arm.mode or self.mode
+
+    def measured_requests(self, level: float) -> int:
+        """Measured requests of one level: ``requests_per_level``; a closed loop of N users is raised to whole
+        waves of N requests, warm-up included, and at least MIN_WAVES of them: no level is a single burst
+        (whose concurrency holds by construction), and none ends in a part-wave that leaves users idle."""
+        if self.rates:
+            return self.requests_per_level
+        users = int(level)
+        waves = max(MIN_WAVES, -(-(self.warmup_requests + self.requests_per_level) // users))
+        return waves * users - self.warmup_requests
 
 
 _LIST_FIELDS = {"scenarios", "arms", "levels", "rates", "server_args"}
@@ -217,14 +227,6 @@ def validate_config(config: RunConfig) -> RunConfig:
         _fail("workers", f"{config.workers!r} is not a number of processes from 0 to 64", "write e.g. workers: 2 (0: no workers)")
     if not isinstance(config.max_concurrency, int) or config.max_concurrency < 1:
         _fail("max_concurrency", f"{config.max_concurrency!r} is not an integer >= 1", "write e.g. max_concurrency: 256")
-    if not rates and isinstance(config.requests_per_level, int) and isinstance(config.warmup_requests, int):
-        if (short := [level for level in levels if config.requests_per_level < level]):
-            _fail(
-                "requests_per_level",
-                f"{config.requests_per_level} measured requests cannot keep {max(short)} users busy (a level with fewer "
-                "requests than users never runs at its concurrency)",
-                f"raise requests_per_level to at least {max(short)}, or drop levels {short}",
-            )
     for name, value, low in (
         ("requests_per_level", config.requests_per_level, 1),
         ("warmup_requests", config.warmup_requests, 0),

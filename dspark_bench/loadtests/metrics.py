@@ -17,8 +17,10 @@ Definitions (vLLM ``bench serve`` where they overlap):
   included: the same client streams another arm cleanly at the same level) or the client stalled, and
   then the level's TTFT and TPOT are suspect (the gate tells the two apart by the other arms).
 - achieved concurrency: time-weighted mean number of requests in flight (send to last byte, warm-up
-  requests included) over the level's steady span: from its first measured send to its last send
-  (after that the last wave drains). A closed loop of N users that keeps its concurrency holds ~N.
+  requests included) over the level's wall time, the span its throughput is measured over (so the
+  last wave's drain counts against both). A closed loop of N users that keeps its concurrency holds
+  ~N. Every closed-loop level runs at least MIN_WAVES rounds of its users (``RunConfig.measured_requests``):
+  a single burst holds its concurrency over its own span by construction and measures nothing steady.
 - connect P95: send -> connection ready (the client's share of TTFT; ~0 when connections are reused);
   new-connection rate: the measured requests that had to connect.
 - ITL (inter-token latency, as ``vllm bench serve`` defines it): the gaps between successive chunks of
@@ -50,6 +52,7 @@ FAILED = {Verdict.HTTP_ERROR.value, Verdict.TIMEOUT.value}
 STALL_MIN_TOKENS = 8
 STALL_SHARE = 0.9
 MIN_CONCURRENCY_SHARE = 0.9
+MIN_WAVES = 4  # rounds of its users a closed-loop level runs at least
 CLIENT_SATURATED = 0.9  # share of one core: the load generator is one gevent thread
 
 
@@ -127,12 +130,13 @@ def wall_time_s(records: Sequence[RequestRecord]) -> float:
 
 
 def achieved_concurrency(records: Sequence[RequestRecord]) -> float | None:
-    """Time-weighted mean of requests in flight over the steady span (see the module's definitions);
-    None when the span is empty (a level of one request)."""
-    measured = [r.t_send for r in records if not r.warmup]
-    if not measured:
+    """Time-weighted mean of requests in flight over the level's wall time (see the module's definitions);
+    None when that span is empty."""
+    measured = [r for r in records if not r.warmup]
+    ends = [r.t_last_byte for r in measured if r.t_last_byte is not None]
+    if not measured or not ends:
         return None
-    start, end = min(measured), max(r.t_send for r in records)
+    start, end = min(r.t_send for r in measured), max(ends)
     if end <= start:
         return None
     busy = 0.0

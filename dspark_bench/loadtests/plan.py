@@ -17,7 +17,18 @@ from gevent.event import Event
 
 from dspark_bench.loadtests.openai_api import MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE
 from dspark_bench.loadtests.records import RecordSink, RequestRecord
-from dspark_bench.scenarios import Mode, Sample
+from dspark_bench.scenarios import Mode, Sample, Scenario, Split
+
+
+def level_samples(scenario: Scenario, block: tuple[int, int]) -> list[Sample]:
+    """A level's prompts: the block's seeds of the eval split, wrapped round where the split (a dataset's
+    lines) is shorter than the run; the sweep says so before it starts (``reused_prompts``)."""
+    offset, size = block
+    start, stop = scenario.splits[Split.EVAL]
+    room = stop - start
+    if size > room:
+        return [scenario.sample(start + (offset + i) % room) for i in range(size)]
+    return list(scenario.samples(Split.EVAL, size, offset=offset % (room - size + 1)))
 
 
 @dataclass(frozen=True)

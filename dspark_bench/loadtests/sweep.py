@@ -22,13 +22,13 @@ from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, 
 from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, noise_problems
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_metrics, level_problems
 from dspark_bench.loadtests.openai_api import chat_body
-from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot
+from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
 from dspark_bench.loadtests.records import DiscardingSink, RunFolderSink
 from dspark_bench.loadtests.results import LevelResult, RunResults, arm_facts
 from dspark_bench.loadtests.server_metrics import delta, scrape
 from dspark_bench.loadtests.user import ChatCompletionsUser
 from dspark_bench.loadtests.workers import WorkerError, WorkerPool
-from dspark_bench.scenarios import Mode, Sample, Scenario, Split, load_scenario
+from dspark_bench.scenarios import Mode, Scenario, Split, load_scenario
 
 STALLED_WARNING = 0.1  # share of streams read in one piece above which a level's timings are suspect
 FAILED_LEVEL_SHARE = 0.5  # a level where more requests than this failed (HTTP error, timeout) stops the run
@@ -114,7 +114,9 @@ def run_level(
     print(_progress(plan, started) + "  done", flush=True)
 
 
-def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, scenario: str, pool: WorkerPool | None) -> None:
+def _measure_level(
+    results: RunResults, endpoint: Endpoint, plan: LevelPlan, scenario: str, pool: WorkerPool | None, cache_reset: bool
+) -> None:
     """Run one level and append its result (also when it stopped early, then marked incomplete)."""
     config = results.config
     before = scrape(endpoint.base_url, endpoint.headers())
@@ -135,6 +137,7 @@ def _measure_level(results: RunResults, endpoint: Endpoint, plan: LevelPlan, sce
         )
         metrics = result.metrics
         metrics["incomplete"] = plan.aborted is not None or not plan.finished()
+        metrics["prefix_cache_reset"] = cache_reset  # the level started with an empty prefix cache
         # the load generator's own cost (this process and its workers): CPU seconds per request, and the
         # share of a core each of its load-sending processes used
         metrics.update(client_load(snapshot, after, plan.completed, senders=pool.count if pool else 1))
@@ -202,21 +205,72 @@ def smoke_test(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
 PRIMING_USERS = 8
 
 
-def level_samples(config: RunConfig, scenario: Scenario, level_index: int) -> tuple[list[Sample], int]:
-    """A level's prompts (warm-up and measured) and their offset in the scenario's eval split: fresh for
-    each level (no cross-level prefix-cache hits), the same for every arm and repeat."""
-    per_level = config.warmup_requests + config.requests_per_level
-    offset = (level_index * per_level) % 50_000
-    return list(scenario.samples(Split.EVAL, per_level, offset=offset)), offset
+def prompt_blocks(config: RunConfig) -> dict[tuple[int, int], tuple[int, int]]:
+    """(repeat, level index) -> (offset in the scenario's eval split, prompts): every level of every repeat
+    gets prompts of its own (warm-up and measured), the same for every arm, so that no repeat finds an
+    earlier repeat's prompts in a prefix cache and the repeats are independent."""
+    blocks, offset = {}, 0
+    for repeat in range(config.repeats):
+        for index, level in enumerate(config.rates or config.levels):
+            size = config.warmup_requests + config.measured_requests(level)
+            blocks[(repeat, index)] = (offset, size)
+            offset += size
+    return blocks
+
+
+def reused_prompts(config: RunConfig, scenario: Scenario) -> str | None:
+    """Why some prompts of the run come round again (None when none does): a dataset with fewer lines than
+    the run sends."""
+    needed = sum(size for _offset, size in prompt_blocks(config).values())
+    distinct = scenario.distinct_prompts
+    if needed <= distinct:
+        return None
+    return (
+        f"scenario '{scenario.name}' has {distinct} distinct prompts and the run sends {needed}: later levels and "
+        "repeats reuse prompts (the prefix caches are reset before every level, so no arm starts a level warm)"
+    )
+
+
+def reset_prefix_caches(endpoints: dict[str, Endpoint], unresettable: set[str]) -> dict[str, bool]:
+    """Empty every arm's prefix cache (vLLM's ``POST /reset_prefix_cache``, served in dev mode, which local
+    arms run in); arm -> whether it was emptied. An arm whose server has no such endpoint is named once
+    and added to ``unresettable``."""
+    done = {}
+    for name, endpoint in endpoints.items():
+        done[name] = False
+        if name in unresettable:
+            continue
+        for _attempt in range(5):  # the reset fails while blocks are held (a request still finishing)
+            try:
+                response = httpx.post(f"{endpoint.base_url}/reset_prefix_cache", headers=endpoint.headers(), timeout=30.0)
+            except httpx.HTTPError:
+                break
+            if response.status_code != 200:
+                break
+            try:
+                done[name] = bool(response.json().get("success", True))
+            except ValueError:
+                done[name] = True  # older vLLM answers 200 with no body
+            if done[name]:
+                break
+            time.sleep(0.5)
+        if not done[name]:
+            unresettable.add(name)
+            print(
+                f"note: arm '{name}': its prefix cache could not be reset (start its server with VLLM_SERVER_DEV_MODE=1 "
+                "for /reset_prefix_cache); its levels may start with an earlier level's blocks cached",
+                flush=True,
+            )
+    return done
 
 
 def prime(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
     """Send every prompt of the run to ``arm`` once, unmeasured, before the sweep (the oracle arm: its
-    replay drafter then knows the answer to each). The prompts also sit in its prefix cache afterwards,
-    as every arm's do from the second repeat on."""
+    replay drafter then knows the answer to each). What this leaves in its prefix cache is dropped by the
+    reset before every level (``reset_prefix_caches``)."""
     for scenario_name in config.scenarios:
         scenario = load_scenario(scenario_name)
-        samples = [s for index in range(len(config.rates or config.levels)) for s in level_samples(config, scenario, index)[0]]
+        samples = [s for block in prompt_blocks(config).values() for s in level_samples(scenario, block)]
         print(f"priming arm '{arm}' with the run's {len(samples)} {scenario.name} prompts (unmeasured) ...", flush=True)
         mode = config.arm_mode(config.arm(arm)) if scenario.is_json else Mode.TEXT
         plan = LevelPlan(
@@ -237,6 +291,7 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
     deployer: Deployer | None = None
     pool: WorkerPool | None = None
     endpoints: dict[str, Endpoint] = {}
+    unresettable: set[str] = set()  # arms whose server has no /reset_prefix_cache (said once)
     try:
         deployer = make_deployer(config, run_dir)
         print(f"starting {len(arms)} arm(s): {', '.join(arms)} ...", flush=True)
@@ -260,12 +315,20 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                 raise RunAborted(str(exc)) from None
         # Repeats are the outer loop: a level's repeats fall at different times of the run, so slow drift
         # of the machine shows in their spread (and in the intervals) instead of hiding between runs.
+        blocks = prompt_blocks(config)
+        for scenario_name in config.scenarios:
+            if reuse := reused_prompts(config, load_scenario(scenario_name)):
+                print(f"note: {reuse}", flush=True)
         for repeat in range(config.repeats):
             for scenario_name in config.scenarios:
                 scenario = load_scenario(scenario_name)
                 for level_index, level in enumerate(config.rates or config.levels):
-                    samples, offset = level_samples(config, scenario, level_index)
+                    block = blocks[(repeat, level_index)]
+                    samples = level_samples(scenario, block)
                     order = arms if (level_index + repeat) % 2 == 0 else arms[::-1]  # alternate who goes first
+                    # every arm starts the level with an empty prefix cache: none gains from an earlier
+                    # level's or the priming's prompts, whatever its block size
+                    cache_reset = reset_prefix_caches(endpoints, unresettable)
                     for arm_name in order:
                         endpoint = endpoints[arm_name]
                         plan = LevelPlan(
@@ -275,7 +338,7 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                             endpoint.model,
                             samples,
                             sink,
-                            config.requests_per_level,
+                            config.measured_requests(level),
                             warmup=config.warmup_requests,
                             repeat=repeat,
                             max_tokens=config.max_tokens,
@@ -286,9 +349,9 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                             if config.rates
                             else None,
                             users=config.max_concurrency if config.rates else None,
-                            sample_source=(scenario_name, offset),
+                            sample_source=(scenario_name, block[0]),
                         )
-                        _measure_level(results, endpoint, plan, scenario.name, pool)
+                        _measure_level(results, endpoint, plan, scenario.name, pool, cache_reset[arm_name])
         results.complete = True
     except (RunAborted, DeployError) as exc:
         results.error = str(exc).splitlines()[0]

@@ -21,10 +21,10 @@ import gevent
 from locust.env import Environment
 
 from dspark_bench.loadtests.deploy.local import die_with_parent, free_port
-from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot
+from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
 from dspark_bench.loadtests.records import RECORD_MESSAGE, RecordSink, RequestRecord
 from dspark_bench.loadtests.user import ChatCompletionsUser
-from dspark_bench.scenarios import Mode, Split, load_scenario
+from dspark_bench.scenarios import Mode, load_scenario
 
 PLAN_MESSAGE = "dspark_plan"  # master -> worker: this level's plan (data None: no plan until the next one)
 USER_CLASS = "JsonUser"  # the locustfile's user class: the master spawns users by this name
@@ -76,7 +76,7 @@ def plan_from_message(data: dict[str, Any], sink: RecordSink) -> LevelPlan:
         level=data["level"],
         mode=Mode(data["mode"]),
         model=data["model"],
-        samples=list(scenario.samples(Split.EVAL, data["sample_count"], offset=data["sample_offset"])),
+        samples=level_samples(scenario, (data["sample_offset"], data["sample_count"])),
         sink=sink,
         count=data["count"],
         warmup=data["warmup"],

@@ -2,11 +2,13 @@
 
 | metric | baseline | DSpark | change (95% CI) |, built from the per-request records of one run:
 - effective JSON throughput at concurrency 1 and at the highest level: output tokens of valid
-  responses per second. With several repeats the change is the mean of the per-repeat ratios with a
-  Student-t interval over the repeats (``paired_ratio``). With one, the CI resamples requests and
-  estimates throughput by Little's law for a closed loop (concurrency x valid tokens / summed
-  latency), which needs no wall clock per resample;
-- P95 latency at concurrency 1 (the article's "single-request P95");
+  responses per second. With several repeats the change is the geometric mean of the per-repeat
+  ratios with a Student-t interval on their logs (``intervals.paired_ratio``, the estimator of the
+  summary and the verdict too). With one, the CI resamples requests and estimates throughput by
+  Little's law for a closed loop (concurrency x valid tokens / summed latency), which needs no wall
+  clock per resample;
+- P95 latency at concurrency 1 (the article's "single-request P95"): with several repeats, the paired
+  per-repeat ratio of the two arms' P95s, as for throughput; with one, a bootstrap over requests;
 - total time of the highest level (the article's "1000 requests at concurrency 64");
 - invalid JSON rate over all levels (truncation counted apart, as the harness does).
 """
@@ -23,6 +25,7 @@ import pandas as pd
 from dspark_bench.loadtests.metrics import closed_loop_tok_s, percentile_ms, percentile_ms_rows
 from dspark_bench.loadtests.records import read_records
 from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
+from dspark_bench.reports.intervals import paired_ratio
 
 RESAMPLES = 1000
 
@@ -82,36 +85,12 @@ def bootstrap_ratio(
     return float(low), float(high)
 
 
-# Student's t, 97.5th percentile, by degrees of freedom (beyond the table: the normal's 1.96)
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}  # fmt: skip
-
-
-def t_975(df: int) -> float:
-    return T_975.get(df) or next((T_975[k] for k in sorted(T_975) if k >= df), 1.96)
-
-
-def paired_ratio(a: dict[int, float] | None, b: dict[int, float] | None) -> tuple[float, tuple[float, float]] | None:
-    """With two or more repeats of both arms: the mean of the per-repeat ratios b/a (the arms ran side by
-    side in each repeat, so each ratio cancels the drift the machine had then) and its 95% Student-t
-    interval over the repeats. Few repeats give a wide interval on purpose: a bootstrap over three
-    repeats would treat them as the whole population and come out too narrow. Pure."""
-    common = sorted(set(a or {}) & set(b or {}))
-    if len(common) < 2 or any(not a[r] for r in common):  # type: ignore[index]
-        return None
-    ratios = np.array([b[r] / a[r] for r in common])  # type: ignore[index]
-    centre = float(ratios.mean())
-    half = t_975(len(ratios) - 1) * float(ratios.std(ddof=1)) / np.sqrt(len(ratios))
-    return centre, (centre - half, centre + half)
-
-
 def interval_note(repeats: int) -> str:
     """What the table's intervals cover, in words for the page."""
     if repeats > 1:
-        return (f"Throughput and total-time changes: the mean of the {repeats} per-repeat ratios (the arms ran side by "
-                "side in each repeat) with a Student-t 95% interval over the repeats, so drift between repeats "
-                "widens it, and so do few repeats. P95: hierarchical bootstrap over the repeats and the requests "
-                "within each.")  # fmt: skip
+        return (f"Throughput, P95 and total-time changes: the geometric mean of the {repeats} per-repeat ratios (the "
+                "arms ran side by side in each repeat) with a Student-t 95% interval on their logs, so drift between "
+                "repeats widens it, and so do few repeats.")  # fmt: skip
     return ("95% intervals from one repeat: they cover request-to-request variation only, not run-to-run "
             "drift; run with --repeats 3 or more for intervals that do.")  # fmt: skip
 
@@ -191,19 +170,19 @@ def article_table(
             median(value) if value is not None else float(_eff(level)(part, np.arange(len(part))[None])[0])
             for value, part in zip(measured, (a, b), strict=True)
         )
-        if (paired := paired_ratio(*measured)) is not None:
-            add(f"effective JSON throughput (tok/s), concurrency {level}", eff_a, eff_b, paired[1], "x", ratio=paired[0])
+        if (paired := paired_ratio(*measured)) is not None and paired.interval is not None:
+            add(f"effective JSON throughput (tok/s), concurrency {level}", eff_a, eff_b, paired.interval, "x", ratio=paired.ratio)
             continue
         ci = bootstrap_ratio(a, b, _eff(level), rng, point=eff_b / eff_a if eff_a else None)
         add(f"effective JSON throughput (tok/s), concurrency {level}", eff_a, eff_b, ci, "x")
     a, b = (arms[arm][arms[arm]["level"] == levels[0]] for arm in (base, treat))
-    add(
-        f"P95 latency (ms), concurrency {levels[0]}",
-        percentile_ms(a["latency_s"].tolist(), 95),
-        percentile_ms(b["latency_s"].tolist(), 95),
-        bootstrap_ratio(a, b, _p95, rng),
-        "%",
-    )
+    p95s = [per_repeat(part, arm, levels[0], lambda g, _wall: percentile_ms(g["latency_s"].tolist(), 95)) for part, arm in ((a, base), (b, treat))]
+    p95_a, p95_b = median(p95s[0]), median(p95s[1])
+    metric = f"P95 latency (ms), concurrency {levels[0]}"
+    if p95_a is not None and p95_b is not None and (paired := paired_ratio(*p95s)) is not None and paired.interval is not None:
+        add(metric, p95_a, p95_b, paired.interval, "%", ratio=paired.ratio)
+    else:
+        add(metric, percentile_ms(a["latency_s"].tolist(), 95), percentile_ms(b["latency_s"].tolist(), 95), bootstrap_ratio(a, b, _p95, rng), "%")
     top = levels[-1]
     a, b = (arms[arm][arms[arm]["level"] == top] for arm in (base, treat))
     walls_a = per_repeat(a, base, top, lambda _g, wall: wall)
@@ -211,8 +190,8 @@ def article_table(
     total_a, total_b = median(walls_a), median(walls_b)
     if total_a and total_b:
         metric = f"total time of the concurrency-{top} level, {len(a) // repeat_count(a)} requests (s)"
-        if (paired := paired_ratio(walls_a, walls_b)) is not None:
-            add(metric, total_a, total_b, paired[1], "%", ratio=paired[0])
+        if (paired := paired_ratio(walls_a, walls_b)) is not None and paired.interval is not None:
+            add(metric, total_a, total_b, paired.interval, "%", ratio=paired.ratio)
         else:
             add(metric, total_a, total_b, bootstrap_ratio(a, b, _total_latency, rng, point=total_b / total_a), "%")
     rates = {arm: (part["verdict"].isin([v.value for v in INVALID_JSON]).mean(), (part["verdict"] == "truncated").mean()) for arm, part in arms.items()}

@@ -218,6 +218,29 @@ def _machine_panel(results: dict[str, Any], detail: pd.DataFrame) -> list[str]:
     return parts
 
 
+def _requests_per_level(results: dict[str, Any]) -> str:
+    """The measured requests each level ran (closed loops are raised to a steady number of waves)."""
+    counts: dict[float, int] = {}
+    for row in results.get("levels", []):
+        counts.setdefault(row["level"], int(row["metrics"].get("requests", 0)))
+    if not counts:
+        return f"{results.get('config', {}).get('requests_per_level')} requests per level"
+    if len(set(counts.values())) == 1:
+        return f"{next(iter(counts.values()))} requests per level"
+    return "requests per level " + ", ".join(f"{level:g}: {count}" for level, count in sorted(counts.items()))
+
+
+def _cache_state(results: dict[str, Any]) -> str:
+    """Whether every level started with every arm's prefix cache empty (runs before the reset existed: unknown)."""
+    states = {row["arm"]: row["metrics"].get("prefix_cache_reset") for row in results.get("levels", [])}
+    if not states or all(state is None for state in states.values()):
+        return "prefix-cache state at each level's start not recorded"
+    kept = sorted(arm for arm, state in states.items() if not state)
+    if not kept:
+        return "every arm's prefix cache emptied before every level"
+    return f"prefix caches emptied before every level, except {', '.join(kept)} (no /reset_prefix_cache)"
+
+
 def _verdicts(results: dict[str, Any], records: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
     """One sentence per arm against the reference arm: its ratio (with the interval) at the lowest load,
     then where it stops gaining."""
@@ -266,7 +289,7 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
         f"<!doctype html><html><head><meta charset='utf-8'><title>JSON benchmark {esc(results.get('started', ''))}</title>",
         f"<style>{STYLE}</style></head><body><h1>JSON serving benchmark</h1><p>Status: {status}</p>",
         f"<p>Model <code>{esc(str(config.get('model')))}</code>; scenarios {esc(', '.join(config.get('scenarios', [])))}; "
-        f"{config.get('requests_per_level')} requests per level (+{config.get('warmup_requests')} warm-up), "
+        f"{esc(_requests_per_level(results))} (+{config.get('warmup_requests')} warm-up each); {esc(_cache_state(results))}; "
         f"max_tokens {config.get('max_tokens')}, temperature {config.get('temperature')}; started {esc(results.get('started', ''))}.</p>",
         f"<p>Machine: {esc(machine_summary(machine))}, GPU {esc(str(machine.get('gpu')))}; "
         f"git {esc(str(machine.get('git_commit')))}; versions {esc(str(machine.get('versions')))}</p>",

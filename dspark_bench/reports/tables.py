@@ -1,4 +1,5 @@
-"""A run's summary table: the median over repeats per (scenario, level, arm), and its text form."""
+"""A run's summary table: the median over repeats per (scenario, level, arm), each arm's paired ratio to the
+reference arm (``intervals.paired_ratio``), and its text form."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pandas as pd
 
 from dspark_bench.loadtests.arms import ORACLE_ARM, REFERENCE_ARM
 from dspark_bench.loadtests.results import levels_frame
+from dspark_bench.reports.intervals import paired_ratio
 
 SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective tok/s over the reference arm's, same scenario and level
 EFFICIENCY_COLUMN = f"share of {ORACLE_ARM}"  # speculation efficiency: effective tok/s over the ceiling's
@@ -28,15 +30,17 @@ SUMMARY_COLUMNS = {
     "rate_timeout": "timeout",
     "stalled_stream_rate": "stalled streams",
     "achieved_concurrency": "achieved conc",
+    "server:prefix_cache_hit_rate": "prefix hit",
     "other_cpu_share": "other CPU",
     "wall_s": "wall s",
 }
-RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU")
+RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit")
 
 
 def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
     """Median over repeats per (scenario, level, arm), with each arm's effective-throughput ratio to the
-    reference arm (``SPEEDUP_COLUMN``; NaN where the run has no reference arm)."""
+    reference arm (``SPEEDUP_COLUMN``: the geometric mean of the per-repeat ratios; NaN where the run has
+    no reference arm)."""
     df = levels_frame(results)
     if df.empty:
         return df
@@ -45,20 +49,26 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
     if "level_valid" in df:  # a (scenario, level, arm) with any repeat that did not hold its load is flagged
         valid = df.groupby(["scenario", "level", "arm"], sort=True)["level_valid"].all().reset_index(drop=True)
         grouped["level ok"] = ["yes" if ok else "NO" for ok in valid]
-    grouped[SPEEDUP_COLUMN] = _ratio_to(grouped, REFERENCE_ARM)
+    grouped[SPEEDUP_COLUMN] = _ratio_to(df, grouped, REFERENCE_ARM)
     if ORACLE_ARM in set(grouped["arm"]):
-        grouped[EFFICIENCY_COLUMN] = _ratio_to(grouped, ORACLE_ARM)
+        grouped[EFFICIENCY_COLUMN] = _ratio_to(df, grouped, ORACLE_ARM)
     return grouped.rename(columns=SUMMARY_COLUMNS)
 
 
-def _ratio_to(grouped: pd.DataFrame, arm: str) -> list[float]:
-    """Each row's effective tok/s over ``arm``'s at the same scenario and level (NaN where it has none)."""
-    base = grouped[grouped["arm"] == arm].set_index(["scenario", "level"])["effective_tok_s"]
-    keys = list(zip(grouped["scenario"], grouped["level"], strict=True))
-    return [
-        (value / base[key]) if key in base.index and base[key] else float("nan")
-        for value, key in zip(grouped["effective_tok_s"], keys, strict=True)
-    ]
+def per_repeat(df: pd.DataFrame, scenario: str, level: float, arm: str, column: str = "effective_tok_s") -> dict[int, float]:
+    """One arm's ``column`` at one scenario and level, by repeat number (one row per repeat in levels_frame)."""
+    rows = df[(df["scenario"] == scenario) & (df["level"] == level) & (df["arm"] == arm)]
+    return {int(repeat): float(value) for repeat, value in zip(rows["repeat"], rows[column], strict=True)}
+
+
+def _ratio_to(df: pd.DataFrame, grouped: pd.DataFrame, arm: str) -> list[float]:
+    """Each row's effective tok/s over ``arm``'s at the same scenario and level, paired by repeat (NaN where
+    ``arm`` has none)."""
+    out = []
+    for scenario, level, name in zip(grouped["scenario"], grouped["level"], grouped["arm"], strict=True):
+        paired = paired_ratio(per_repeat(df, scenario, level, arm), per_repeat(df, scenario, level, name))
+        out.append(paired.ratio if paired is not None else float("nan"))
+    return out
 
 
 def format_summary(summary: pd.DataFrame) -> str:

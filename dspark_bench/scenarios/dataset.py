@@ -224,6 +224,10 @@ class DatasetScenario(Scenario):
         super().__init__(**fields)
         object.__setattr__(self, "rows", rows)
 
+    @property
+    def distinct_prompts(self) -> int:
+        return len(self.rows)
+
     def sample(self, seed: int):
         start = self.splits[Split.TRAIN][0] if seed >= self.splits[Split.TRAIN][0] else self.splits[Split.EVAL][0]
         row = self.rows[(seed - start) % len(self.rows)]

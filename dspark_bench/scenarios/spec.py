@@ -115,6 +115,12 @@ class Scenario:
     def is_json(self) -> bool:
         return self.output == "json"
 
+    @property
+    def distinct_prompts(self) -> int:
+        """How many different requests the eval split holds (a seeded generator: one per seed)."""
+        start, stop = self.splits[Split.EVAL]
+        return stop - start
+
     def sample(self, seed: int) -> Sample:
         """The request for an absolute ``seed``: the same seed always gives the same request."""
         example = self.generator(random.Random(f"{self.name}:{seed}"), self)

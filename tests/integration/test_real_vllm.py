@@ -114,6 +114,10 @@ def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
             "2",
             "-t",
             "6s",
+            # Locust's graceful stop: each user finishes the request it has in flight, so the count
+            # below does not depend on how fast this machine answers within the 6 s.
+            "--stop-timeout",
+            "120",
             "--host",
             vllm_server.base_url,
             "--scenario",

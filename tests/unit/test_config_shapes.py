@@ -65,12 +65,3 @@ def test_a_single_level_may_be_written_as_a_number(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("levels: 8\n", encoding="utf-8")
     assert load_config(path).levels == (8,)
-
-
-def test_fewer_requests_than_users_is_refused(tmp_path):
-    from dspark_bench.loadtests.config import ConfigError, load_config
-
-    path = tmp_path / "run.yaml"
-    path.write_text("levels: [1, 8, 64]\nrequests_per_level: 32\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"cannot keep 64 users busy.*raise requests_per_level to at least 64"):
-        load_config(path)

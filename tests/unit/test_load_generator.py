@@ -8,7 +8,7 @@ import locust  # noqa: F401 - gevent patches sockets first
 import pytest
 
 from dspark_bench.loadtests.deploy.base import Endpoint
-from dspark_bench.loadtests.metrics import level_metrics
+from dspark_bench.loadtests.metrics import MIN_CONCURRENCY_SHARE, level_metrics
 from dspark_bench.loadtests.plan import LevelPlan
 from dspark_bench.loadtests.records import RunFolderSink
 from dspark_bench.loadtests.sweep import run_level
@@ -19,11 +19,13 @@ from dspark_bench.scenarios import Mode, Split, load_scenario
 def test_users_hold_their_concurrency(fast_server, tmp_path, users):
     connected_before = _connections(fast_server)
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 50))
-    plan = LevelPlan("fake", users, Mode.JSON_OBJECT, "fake", samples, RunFolderSink(tmp_path), 4 * users, warmup=users)
+    plan = LevelPlan("fake", users, Mode.JSON_OBJECT, "fake", samples, RunFolderSink(tmp_path), 8 * users, warmup=users)
     run_level(Endpoint("fake", fast_server, "fake"), plan, timeout_s=120, progress_every_s=60)
     metrics = level_metrics(plan.records)
-    assert metrics.requests == 4 * users and metrics.rate_http_error == 0
-    assert metrics.achieved_concurrency >= 0.95 * users, metrics.achieved_concurrency
+    assert metrics.requests == 8 * users and metrics.rate_http_error == 0
+    # over the level's wall time, the span its throughput is measured over: the client's own time between
+    # one answer and the next send, and the last wave's drain, count (about 6% here)
+    assert metrics.achieved_concurrency >= MIN_CONCURRENCY_SHARE * users, metrics.achieved_concurrency
     assert metrics.new_connection_rate == 0.0 and metrics.connect_p95_ms is not None  # measured requests reuse their connection
     # each user keeps its one connection (the other two: the before and after queries)
     assert _connections(fast_server) - connected_before <= users + 2

@@ -31,8 +31,13 @@ def free_port() -> int:
 
 
 def cpu_server_env(python: str = sys.executable) -> dict[str, str]:
-    """Variables every local CPU arm gets alike (field notes: Intel OpenMP doubles speculative speed)."""
-    env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    """Variables every local CPU arm gets alike (field notes: Intel OpenMP doubles speculative speed). Dev
+    mode serves ``/reset_prefix_cache``, which the sweep calls before every level."""
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
     libiomp = Path(python).resolve().parent.parent / "lib" / "libiomp5.so"
     venv_lib = Path(sys.prefix) / "lib" / "libiomp5.so"
     for candidate in (venv_lib, libiomp):

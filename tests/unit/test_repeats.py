@@ -1,0 +1,73 @@
+"""Every figure of a sweep is a steady, independent measurement: each level runs at least MIN_WAVES rounds
+of its users, every (repeat, level) sends prompts no earlier one sent, and every arm starts every level
+with its prefix cache emptied."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import httpx
+import locust  # noqa: F401 - gevent patches sockets first
+
+from dspark_bench.loadtests.config import load_config
+from dspark_bench.loadtests.metrics import MIN_WAVES, achieved_concurrency
+from dspark_bench.loadtests.records import RequestRecord, read_records
+from dspark_bench.loadtests.sweep import prompt_blocks, reused_prompts, run_sweep
+from dspark_bench.scenarios import load_scenario
+
+EXAMPLES = "examples/requests.jsonl"
+
+
+def test_a_closed_loop_level_runs_at_least_four_whole_waves_and_an_open_loop_its_count():
+    config = load_config(None, levels="1,8,64", requests_per_level=24, warmup_requests=2)
+    # warm-up + measured: 26 at 1 user; 32 = 4 waves of 8; 256 = 4 waves of 64
+    assert [config.measured_requests(level) for level in config.levels] == [24, 30, 254]
+    assert MIN_WAVES == 4
+    assert load_config(None, levels="8", requests_per_level=64, warmup_requests=2).measured_requests(8) == 70  # 9 waves
+    open_loop = load_config(None, rates=[1.0, 8.0], requests_per_level=24)
+    assert [open_loop.measured_requests(rate) for rate in open_loop.rates] == [24, 24]
+
+
+def _record(send: float, end: float, warmup: bool = False) -> RequestRecord:
+    return RequestRecord(arm="a", level=2, scenario="s", mode="json_object", request_id=f"r{end}", seed=0, repeat=0,
+                         warmup=warmup, t_send=send, t_first_token=None, t_last_byte=end, prompt_tokens=None,
+                         output_tokens=1, finish_reason="stop", status=200, error=None, output="{}", verdict="valid")  # fmt: skip
+
+
+def test_concurrency_is_measured_over_the_span_throughput_is():
+    # two users; the last request drains alone for 4 s: in flight 2 for 2 s then 1 for 4 s over 6 s
+    records = [_record(0.0, 2.0), _record(0.0, 6.0)]
+    assert achieved_concurrency(records) == 8.0 / 6.0  # the old steady span (to the last send) was empty
+
+
+def test_every_repeat_and_level_gets_prompts_of_its_own():
+    config = load_config(None, levels="1,4", requests_per_level=6, warmup_requests=2, repeats=3)
+    blocks = prompt_blocks(config)
+    assert sorted(blocks) == [(r, i) for r in range(3) for i in range(2)]
+    seeds = [(offset, offset + size) for offset, size in blocks.values()]
+    assert [size for _offset, size in blocks.values()] == [8, 16] * 3  # warm-up + measured: 4 whole waves at 4 users
+    assert all(end <= start for (_s, end), (start, _e) in zip(sorted(seeds), sorted(seeds)[1:], strict=False))  # disjoint
+    assert reused_prompts(config, load_scenario("order_extraction")) is None
+    small = reused_prompts(config, load_scenario(EXAMPLES))  # 50 lines, 72 prompts asked
+    assert small is not None and "50 distinct prompts" in small and "72" in small
+
+
+def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_repeats_a_prompt(fast_server, tmp_path):
+    config = load_config(
+        None, arms="baseline,baseline-constrained", urls={"baseline": fast_server, "baseline-constrained": fast_server},
+        scenarios="order_extraction", levels="1,3", requests_per_level=4, warmup_requests=1, repeats=2,
+        output_dir=str(tmp_path), run_name="r",
+    )  # fmt: skip
+    before = httpx.get(f"{fast_server}/v1/models", timeout=10).json()["resets"]
+    results = run_sweep(config, tmp_path / "r")
+    assert results.complete
+    resets = httpx.get(f"{fast_server}/v1/models", timeout=10).json()["resets"] - before
+    assert resets == 2 * 2 * 2  # arms x levels x repeats
+    assert all(level.metrics["prefix_cache_reset"] for level in results.levels)
+    records = list(read_records(tmp_path / "r"))
+    per_arm = Counter((r.arm, r.seed) for r in records)
+    assert max(per_arm.values()) == 1  # no arm sends a prompt twice in the run
+    prompts = {arm: {rid for a, rid in per_arm if a == arm} for arm in config.arms}
+    assert prompts["baseline"] == prompts["baseline-constrained"]  # and every arm the same prompts
+    assert Counter(level.metrics["requests"] for level in results.levels) == {4: 4, 11: 4}  # 3 users: 4 waves, 1 warm-up
+    assert all(level.metrics["level_valid"] for level in results.levels)
