@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.loadtests.arms import vllm_launcher
 from dspark_bench.loadtests.config import load_config
 from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
+from dspark_bench.loadtests.deploy.servers import vllm_launcher
 from dspark_bench.loadtests.openai_api import ask
 from dspark_bench.loadtests.validate import Verdict, validate
 from dspark_bench.scenarios import Sample, Split, load_all

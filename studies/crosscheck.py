@@ -20,10 +20,10 @@ from pathlib import Path
 
 import locust  # noqa: F401  - gevent patches sockets first
 
-from dspark_bench.loadtests.arms import vllm_launcher
 from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
 from dspark_bench.loadtests.deploy.base import ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
+from dspark_bench.loadtests.deploy.servers import vllm_launcher
 from dspark_bench.loadtests.machine import machine_facts
 from dspark_bench.loadtests.metrics import level_metrics
 from dspark_bench.loadtests.plan import LevelPlan

@@ -23,10 +23,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dspark_bench.loadtests.arms import BUILTIN_ARMS, dspark_launcher, vllm_launcher
+from dspark_bench.loadtests.arms import BUILTIN_ARMS
 from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
 from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
+from dspark_bench.loadtests.deploy.servers import dspark_launcher, vllm_launcher
 from dspark_bench.loadtests.machine import machine_facts
 from dspark_bench.loadtests.openai_api import ask
 from dspark_bench.loadtests.server_metrics import delta, scrape

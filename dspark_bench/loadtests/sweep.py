@@ -16,9 +16,9 @@ import gevent
 import httpx
 from locust.env import Environment
 
-from dspark_bench.loadtests.arms import make_deployer, server_specs
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
+from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs
 from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, noise_problems
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_metrics, level_problems
 from dspark_bench.loadtests.openai_api import chat_body

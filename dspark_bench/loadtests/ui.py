@@ -18,9 +18,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.loadtests.arms import make_deployer, server_specs
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.local import die_with_parent
+from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs
 from dspark_bench.loadtests.results import arm_facts
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")

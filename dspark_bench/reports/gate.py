@@ -3,8 +3,11 @@
 A thresholds file (YAML) says, per arm and concurrency level, the smallest effective-throughput ratio
 to a reference arm of the same run, the smallest mean acceptance length (the arm's drafts land: a
 patch whose speculation is off fails it on any machine), the largest invalid-JSON rate, and how much
-P95 latency may grow over a committed reference run. Every check gets a noise margin: the file's
-``noise_margin``, or the run's own spread across repeats where that is larger.
+the P95 ratio to the reference arm may grow over a committed reference run's. Checks are per scenario
+(arms' modes are fixed within a run). Ratios are ``intervals.paired_ratio``, the summary's estimator:
+paired by repeat, so the machine's speed cancels. Every check gets a noise margin: the file's
+``noise_margin``, or the reference arm's spread across repeats where that is larger, never the spread
+of the arm under test (a regression that makes it erratic must not loosen its own limit).
 
 Speed-ups are facts about a machine: verification is nearly free on a CPU with AMX and costs almost
 a decoding step per position on one with only AVX2. So ``by_cpu`` gives each CPU class
@@ -23,6 +26,7 @@ import pandas as pd
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import REFERENCE_ARM
 from dspark_bench.loadtests.results import levels_frame
+from dspark_bench.reports.intervals import paired_ratio
 
 MAX_NOISE_MARGIN = 0.25  # however noisy the run, a limit never moves by more than this
 MAX_STALLED = 0.1  # a level with more streams read in one piece has suspect timings
@@ -76,6 +80,7 @@ class Check:
     limit: float
     passed: bool
     detail: str = ""  # why it failed, when the numbers alone do not say
+    scenario: str = ""  # "" for checks over the whole run
 
     @property
     def lower_bound(self) -> bool:
@@ -117,29 +122,38 @@ def _arm_levels(raw: Any) -> dict[str, dict[int, float]]:
     return {str(arm): {int(level): float(v) for level, v in levels.items()} for arm, levels in (raw or {}).items()}
 
 
-def _by_arm_level(results: dict[str, Any]):
-    """Per (arm, level): median effective tok/s, its relative spread over repeats, worst invalid rate, median P95."""
+def _by_arm_level(results: dict[str, Any]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Per (scenario, arm, level): effective tok/s and P95 by repeat, their median, the relative spread of
+    effective tok/s over repeats, the worst not-valid rate, and how cleanly the level was measured."""
     df = levels_frame(results)
     if df.empty:
         return {}
     out = {}
-    for (arm, level), rows in df.groupby(["arm", "level"]):
+    for (scenario, arm, level), rows in df.groupby(["scenario", "arm", "level"]):
         eff = rows["effective_tok_s"]
         median = float(eff.median())
         spread = float((eff.max() - eff.min()) / median) if median and len(eff) > 1 else 0.0
         # every verdict but valid counts (http_error, timeout, truncated as much as invalid JSON)
         not_valid = 1.0 - rows["valid_rate"] if "valid_rate" in rows else rows["invalid_json_rate"]
-        out[(arm, int(level))] = {
+        out[(str(scenario), str(arm), int(level))] = {
             "eff": median,
+            "eff_by_repeat": dict(zip(rows["repeat"].astype(int), eff.astype(float), strict=True)),
             "spread": spread,
             "invalid": float(not_valid.max()),
             "p95": float(rows["latency_p95_ms"].median()),
+            "p95_by_repeat": dict(zip(rows["repeat"].astype(int), rows["latency_p95_ms"].astype(float), strict=True)),
             "problems": "; ".join(sorted({str(p) for p in rows.get("level_problems", pd.Series(dtype=str)).dropna() if p})),
             "stalled": float(rows["stalled_stream_rate"].max()) if "stalled_stream_rate" in rows else 0.0,
             "incomplete": bool(rows["incomplete"].fillna(False).astype(bool).any()) if "incomplete" in rows else False,
             "acceptance": _acceptance_length(results, str(arm), int(level)),
         }
     return out
+
+
+def _margin(thresholds: Thresholds, reference_arm: dict[str, Any] | None) -> float:
+    """The relative slack of a check: the file's, or the reference arm's own spread where larger, capped."""
+    spread = reference_arm["spread"] if reference_arm else 0.0
+    return min(MAX_NOISE_MARGIN, max(thresholds.noise_margin, spread))
 
 
 def _acceptance_length(results: dict[str, Any], arm: str, level: int) -> float:
@@ -163,73 +177,93 @@ def _measured_cleanly(results: dict[str, Any], stats) -> list[Check]:
     the measurement."""
     complete = bool(results.get("complete"))
     checks = [Check("run complete", "all", None, float(complete), 1.0, complete, "" if complete else str(results.get("error")))]
-    cleanest: dict[int, float] = {}
-    for (_arm, level), row in stats.items():
-        cleanest[level] = min(cleanest.get(level, 1.0), row["stalled"])
-    for (arm, level), row in sorted(stats.items()):
+    cleanest: dict[tuple[str, int], float] = {}
+    for (scenario, _arm, level), row in stats.items():
+        cleanest[(scenario, level)] = min(cleanest.get((scenario, level), 1.0), row["stalled"])
+    for (scenario, arm, level), row in sorted(stats.items()):
         why = [row["problems"]] if row["problems"] else []
         if row["incomplete"]:
             why.append("the level did not finish")
-        if row["stalled"] > MAX_STALLED and cleanest[level] > MAX_STALLED:
+        if row["stalled"] > MAX_STALLED and cleanest[(scenario, level)] > MAX_STALLED:
             why.append(f"{row['stalled']:.0%} of streams arrived in one piece, and no arm streamed cleanly at this level")
         if why:
-            checks.append(Check("level measured cleanly", arm, level, row["stalled"], MAX_STALLED, False, "; ".join(why)))
+            checks.append(Check("level measured cleanly", arm, level, row["stalled"], MAX_STALLED, False, "; ".join(why), scenario))
     return checks
 
 
 def evaluate(results: dict[str, Any], thresholds: Thresholds, reference: dict[str, Any] | None = None) -> list[Check]:
-    """Every check the thresholds ask for; a level missing from the run fails its check."""
+    """Every check the thresholds ask for, in every scenario of the run; a level missing from the run
+    fails its check."""
     stats = _by_arm_level(results)
     checks: list[Check] = _measured_cleanly(results, stats)
     machine_class = cpu_class(results.get("machine"))
     min_speedup = thresholds.by_cpu.get(machine_class, thresholds.min_speedup)
-    for arm, levels in thresholds.min_acceptance_length.items():
-        for level, minimum in sorted(levels.items()):
-            mine = stats.get((arm, level))
-            length = mine["acceptance"] if mine else float("nan")
-            checks.append(Check("mean acceptance length", arm, level, length, minimum, bool(mine) and length >= minimum))
-    for arm, levels in min_speedup.items():
-        for level, minimum in sorted(levels.items()):
-            mine, base = stats.get((arm, level)), stats.get((thresholds.against, level))
-            if not mine or not base or not base["eff"]:
-                checks.append(Check(f"speed-up vs {thresholds.against}", arm, level, float("nan"), minimum, False))
-                continue
-            margin = min(MAX_NOISE_MARGIN, max(thresholds.noise_margin, mine["spread"], base["spread"]))
-            ratio = mine["eff"] / base["eff"]
-            limit = minimum * (1 - margin)
-            why = f"limit for CPU class {machine_class}"
-            checks.append(Check(f"speed-up vs {thresholds.against}", arm, level, ratio, limit, ratio >= limit, why))
-    for arm, maximum in thresholds.max_invalid_rate.items():
-        levels = sorted(level for a, level in stats if a == arm)
-        worst = max((stats[(arm, level)]["invalid"] for level in levels), default=float("nan"))
-        checks.append(Check("not-valid rate", arm, None, worst, maximum, bool(levels) and worst <= maximum))
+    scenarios = sorted({scenario for scenario, _arm, _level in stats}) or [""]
+    for scenario in scenarios:
+        checks += _scenario_checks(scenario, stats, thresholds, min_speedup, machine_class)
     if thresholds.max_p95_regression is not None and reference is not None:
         if (ref_class := cpu_class(reference.get("machine"))) != machine_class:
             why = f"reference recorded on a CPU of class {ref_class}, this run on {machine_class}: P95 not compared"
-            checks.append(Check("P95 ms vs reference", "all", None, float("nan"), float("nan"), True, why))
+            checks.append(Check("P95 vs reference", "all", None, float("nan"), float("nan"), True, why))
             return checks
-        ref_stats = _by_arm_level(reference)
-        for (arm, level), mine in sorted(stats.items()):
-            ref = ref_stats.get((arm, level))
-            base_now, base_ref = stats.get((thresholds.against, level)), ref_stats.get((thresholds.against, level))
-            if not ref or (arm == thresholds.against and base_now and base_ref):
+        checks += _p95_checks(stats, _by_arm_level(reference), thresholds)
+    return checks
+
+
+def _scenario_checks(
+    scenario: str, stats: dict, thresholds: Thresholds, min_speedup: dict[str, dict[int, float]], machine_class: str
+) -> list[Check]:
+    checks = []
+    for arm, levels in thresholds.min_acceptance_length.items():
+        for level, minimum in sorted(levels.items()):
+            mine = stats.get((scenario, arm, level))
+            length = mine["acceptance"] if mine else float("nan")
+            checks.append(Check("mean acceptance length", arm, level, length, minimum, bool(mine) and length >= minimum, "", scenario))
+    for arm, levels in min_speedup.items():
+        for level, minimum in sorted(levels.items()):
+            mine, base = stats.get((scenario, arm, level)), stats.get((scenario, thresholds.against, level))
+            paired = paired_ratio(base["eff_by_repeat"], mine["eff_by_repeat"]) if mine and base else None
+            name = f"speed-up vs {thresholds.against}"
+            if paired is None:
+                checks.append(Check(name, arm, level, float("nan"), minimum, False, "", scenario))
                 continue
-            # The reference arm runs no code of ours: its P95 against the reference run's is the machine's
-            # speed today (a VM 30% slower than when the reference was recorded, say), so the other arms
-            # are held to their reference P95 scaled by it. Without that arm in both runs: unscaled.
-            machine = base_now["p95"] / base_ref["p95"] if base_now and base_ref and base_ref["p95"] else 1.0
-            margin = min(MAX_NOISE_MARGIN, max(thresholds.noise_margin, mine["spread"], ref["spread"]))
-            limit = ref["p95"] * machine * (1 + thresholds.max_p95_regression + margin)
-            checks.append(Check("P95 ms vs reference", arm, level, mine["p95"], limit, mine["p95"] <= limit))
+            limit = minimum * (1 - _margin(thresholds, base))
+            why = f"limit for CPU class {machine_class}"
+            checks.append(Check(name, arm, level, paired.ratio, limit, paired.ratio >= limit, why, scenario))
+    for arm, maximum in thresholds.max_invalid_rate.items():
+        levels = sorted(level for s, a, level in stats if s == scenario and a == arm)
+        worst = max((stats[(scenario, arm, level)]["invalid"] for level in levels), default=float("nan"))
+        checks.append(Check("not-valid rate", arm, None, worst, maximum, bool(levels) and worst <= maximum, "", scenario))
+    return checks
+
+
+def _p95_checks(stats: dict, ref_stats: dict, thresholds: Thresholds) -> list[Check]:
+    """Each arm's P95 over the reference arm's, paired by repeat, against the same ratio in the reference
+    run: the machine's speed today cancels in the ratio (the reference arm runs no code of ours), so no
+    speed factor is needed. Without the reference arm in both runs: the absolute P95s."""
+    checks = []
+    for (scenario, arm, level), mine in sorted(stats.items()):
+        ref = ref_stats.get((scenario, arm, level))
+        if not ref or arm == thresholds.against:
+            continue
+        base_now, base_ref = stats.get((scenario, thresholds.against, level)), ref_stats.get((scenario, thresholds.against, level))
+        now = paired_ratio(base_now["p95_by_repeat"], mine["p95_by_repeat"]) if base_now else None
+        then = paired_ratio(base_ref["p95_by_repeat"], ref["p95_by_repeat"]) if base_ref else None
+        grow = 1 + thresholds.max_p95_regression + _margin(thresholds, base_now)  # type: ignore[operator]
+        if now is not None and then is not None:
+            name = f"P95 / {thresholds.against} P95 vs reference"
+            checks.append(Check(name, arm, level, now.ratio, then.ratio * grow, now.ratio <= then.ratio * grow, "", scenario))
+        else:
+            checks.append(Check("P95 ms vs reference", arm, level, mine["p95"], ref["p95"] * grow, mine["p95"] <= ref["p95"] * grow, "", scenario))
     return checks
 
 
 def format_checks(checks: list[Check]) -> str:
-    lines = [f"{'result':6}  {'check':32}  {'arm':22}  {'level':>5}  {'measured':>10}  {'limit':>10}"]
+    lines = [f"{'result':6}  {'check':44}  {'scenario':18}  {'arm':22}  {'level':>5}  {'measured':>10}  {'limit':>10}"]
     for c in checks:
         level = "all" if c.level is None else str(c.level)
         lines.append(
-            f"{'PASS' if c.passed else 'FAIL':6}  {c.check:32}  {c.arm:22}  {level:>5}  {c.measured:>10.3f}  "
+            f"{'PASS' if c.passed else 'FAIL':6}  {c.check:44}  {c.scenario or 'all':18}  {c.arm:22}  {level:>5}  {c.measured:>10.3f}  "
             f"{('>= ' if c.lower_bound else '<= ') + f'{c.limit:.3f}':>10}"
             + (f"  {c.detail}" if c.detail and (not c.passed or c.measured != c.measured) else "")
         )

@@ -7,10 +7,10 @@ import sys
 import httpx
 import pytest
 
-from dspark_bench.loadtests.arms import vllm_launcher
 from dspark_bench.loadtests.config import DEFAULT_MODEL, REPO_ROOT, load_config
 from dspark_bench.loadtests.deploy.base import ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
+from dspark_bench.loadtests.deploy.servers import vllm_launcher
 from dspark_bench.loadtests.server_metrics import scrape
 from dspark_bench.scenarios import Split, load_scenario
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dspark_bench.loadtests.arms import vllm_launcher
 from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
 from dspark_bench.loadtests.deploy.base import ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
+from dspark_bench.loadtests.deploy.servers import vllm_launcher
 from dspark_bench.scenarios import Split, load_all
 from tests.integration.procs import assert_no_server_left
 

