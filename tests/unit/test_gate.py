@@ -190,3 +190,31 @@ def test_a_patch_whose_speculation_is_off_fails_the_acceptance_check_on_a_real_r
             del row["server"][key]
     check = next(c for c in evaluate(dead, thresholds) if c.check == "mean acceptance length")
     assert not check.passed and check.measured == 1.0
+
+
+@pytest.mark.parametrize(
+    ("regression", "failing_check"),
+    [
+        ("30% slower", "speed-up vs baseline-constrained"),
+        ("1% not valid", "not-valid rate"),
+        ("speculation off", "mean acceptance length"),
+    ],
+)
+def test_the_committed_gate_fails_each_regression_of_a_real_run(regression, failing_check):
+    """The committed thresholds on the committed reference run, made worse one way at a time."""
+    import copy
+    import json
+
+    thresholds = load_thresholds("benchmarks/gate/thresholds.yaml")
+    reference = json.loads(REFERENCE.read_text())
+    assert all(c.passed for c in evaluate(reference, thresholds, reference))
+    worse = copy.deepcopy(reference)
+    for row in (r for r in worse["levels"] if r["arm"] == "dspark"):
+        if regression == "30% slower":
+            row["metrics"]["effective_tok_s"] *= 0.7
+        elif regression == "1% not valid":
+            row["metrics"]["valid_rate"] = min(row["metrics"]["valid_rate"], 0.99)
+        else:  # what --dspark-drafter off records: no drafts at all
+            row["server"] = {k: v for k, v in row.get("server", {}).items() if not k.startswith("vllm:spec_decode")}
+    failed = {c.check for c in evaluate(worse, thresholds, reference) if not c.passed}
+    assert failing_check in failed, (regression, failed)
