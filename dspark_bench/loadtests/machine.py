@@ -5,8 +5,10 @@ AVX-512 BF16/FP16: without AMX a bf16 verification pass of a long draft costs mo
 with it), cores, memory, whether it is a virtual machine, GPU, versions and commit.
 
 ``CpuSnapshot`` / ``cpu_noise``: per level, the CPU time the machine spent on processes other than the
-servers under test and this harness, and the time the hypervisor stole, so a level measured beside
-other work is visible as such.
+server under test and this harness (the other arms' idle servers included: they share the cores), and
+the time the hypervisor stole. Above ``NOISE_LIMIT`` / ``STEAL_LIMIT`` the level is not a valid
+measurement. ``listening_pgid`` finds a ``--url`` server that runs on this machine, so its CPU counts
+as the server's, not as noise.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 SPEED_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx2")
-NOISE_WARNING = 0.10  # other processes' share of the machine's CPU time above which a level is noisy
-STEAL_WARNING = 0.05
+NOISE_LIMIT = 0.10  # other processes' share of the machine's CPU time above which a level is invalid
+STEAL_LIMIT = 0.05  # the hypervisor's share, likewise
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -117,13 +119,15 @@ def machine_facts() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class CpuSnapshot:
-    """CPU seconds at one moment: the whole machine (busy and stolen), the servers' process groups, this process."""
+    """CPU seconds at one moment: the whole machine (busy and stolen), the process groups of the server under
+    test and of the other arms' (idle) servers, and the harness."""
 
     at: float
     machine_busy_s: float
     steal_s: float
     servers_s: float
     harness_s: float
+    idle_servers_s: float = 0.0
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -150,14 +154,17 @@ def _group_cpu_s(pgids: set[int]) -> float:
     return total / _TICK
 
 
-def cpu_snapshot(server_pgids: Iterable[int], worker_pgids: Iterable[int] = ()) -> CpuSnapshot | None:
-    """None where /proc is not there to read (not Linux). The harness is this process and the process
-    groups of its Locust workers."""
+def cpu_snapshot(
+    server_pgids: Iterable[int], worker_pgids: Iterable[int] = (), idle_server_pgids: Iterable[int] = ()
+) -> CpuSnapshot | None:
+    """None where /proc is not there to read (not Linux). ``server_pgids``: the server under test; the
+    harness is this process and the process groups of its Locust workers."""
     try:
         busy, steal = _machine_times()
         times = os.times()
         harness = times.user + times.system + _group_cpu_s(set(worker_pgids))
-        return CpuSnapshot(time.monotonic(), busy, steal, _group_cpu_s(set(server_pgids)), harness)
+        servers, idle = _group_cpu_s(set(server_pgids)), _group_cpu_s(set(idle_server_pgids))
+        return CpuSnapshot(time.monotonic(), busy, steal, servers, harness, idle)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -175,8 +182,9 @@ def client_load(before: CpuSnapshot | None, after: CpuSnapshot | None, requests:
 
 
 def cpu_noise(before: CpuSnapshot | None, after: CpuSnapshot | None, cores: int | None = None) -> dict[str, float]:
-    """Over the span between two snapshots: CPU seconds of everything but the servers and the harness, and
-    its share of the machine's CPU time; the share of CPU time stolen by the hypervisor. Pure."""
+    """Over the span between two snapshots: CPU seconds of everything but the server under test and the
+    harness (the other arms' idle servers included, and shown apart), and its share of the machine's CPU
+    time; the share of CPU time stolen by the hypervisor. Pure."""
     if before is None or after is None or after.at <= before.at:
         return {}
     capacity = (after.at - before.at) * (cores or os.cpu_count() or 1)
@@ -187,14 +195,50 @@ def cpu_noise(before: CpuSnapshot | None, after: CpuSnapshot | None, cores: int 
     return {
         "other_cpu_s": other,
         "other_cpu_share": other / capacity,
+        "idle_servers_cpu_share": max(0.0, after.idle_servers_s - before.idle_servers_s) / capacity,
         "steal_share": (after.steal_s - before.steal_s) / capacity,
     }
 
 
 def noise_problems(noise: dict[str, float]) -> list[str]:
+    """Why a level ran beside too much other work to be a measurement; [] when it did not."""
     problems = []
-    if noise.get("other_cpu_share", 0.0) > NOISE_WARNING:
-        problems.append(f"other processes took {noise['other_cpu_share']:.0%} of the machine's CPU")
-    if noise.get("steal_share", 0.0) > STEAL_WARNING:
+    if noise.get("other_cpu_share", 0.0) > NOISE_LIMIT:
+        idle = noise.get("idle_servers_cpu_share", 0.0)
+        of_which = f" ({idle:.0%} the other arms' idle servers)" if idle >= 0.01 else ""
+        problems.append(f"other processes took {noise['other_cpu_share']:.0%} of the machine's CPU{of_which}")
+    if noise.get("steal_share", 0.0) > STEAL_LIMIT:
         problems.append(f"the hypervisor stole {noise['steal_share']:.0%} of the CPU time")
     return problems
+
+
+def listening_pgid(base_url: str) -> int | None:
+    """The process group of the process listening on ``base_url``'s port on this machine; None when the
+    URL names another host, or no process here listens there (or /proc cannot tell)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", platform.node()):
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(fields[9])
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                if os.readlink(fd) in wanted:
+                    return os.getpgid(int(fd_dir.parent.name))
+        except OSError:
+            continue
+    return None

@@ -59,7 +59,7 @@ class RunResults:
     complete: bool = False
     error: str | None = None
     source: str | None = None  # how the levels were formed, when not by a sweep
-    server_pgids: list[int] = field(default_factory=list)  # local servers' process groups (their CPU is not noise)
+    server_pgids: dict[str, int] = field(default_factory=dict)  # arm -> its server's process group on this machine
 
     def as_dict(self) -> dict[str, Any]:
         results = {

@@ -9,6 +9,7 @@ measured, marked incomplete.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from locust.env import Environment
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs
-from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, noise_problems
+from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, listening_pgid, noise_problems
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_metrics, level_problems
 from dspark_bench.loadtests.openai_api import chat_body
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
@@ -121,11 +122,13 @@ def _measure_level(
     config = results.config
     before = scrape(endpoint.base_url, endpoint.headers())
     harness = pool.pgids if pool else []
-    snapshot = cpu_snapshot(results.server_pgids, harness)
+    mine = [pgid for arm, pgid in results.server_pgids.items() if arm == plan.arm]
+    idle = [pgid for arm, pgid in results.server_pgids.items() if arm != plan.arm]
+    snapshot = cpu_snapshot(mine, harness, idle)
     try:
         run_level(endpoint, plan, config.level_timeout_s, pool=pool)
     finally:
-        after = cpu_snapshot(results.server_pgids, harness)
+        after = cpu_snapshot(mine, harness, idle)
         result = LevelResult(
             plan.arm,
             scenario,
@@ -143,13 +146,12 @@ def _measure_level(
         metrics.update(client_load(snapshot, after, plan.completed, senders=pool.count if pool else 1))
         noise = cpu_noise(snapshot, after)
         metrics.update(noise)
-        if noisy := noise_problems(noise):
-            print(f"  warning: {_label(plan)} of arm '{plan.arm}' ran beside other work: {'; '.join(noisy)}", flush=True)
         if plan.arrivals is not None:
             target = metrics["scheduled_rate"] or plan.arrivals.rate
             problems = level_problems(plan.level, metrics["achieved_rate"], metrics["client_cpu_share"], target)
         else:
             problems = level_problems(plan.level, metrics["achieved_concurrency"], metrics["client_cpu_share"])
+        problems += noise_problems(noise)  # a level measured beside other work measures that work too
         metrics["level_valid"] = not problems
         metrics["level_problems"] = "; ".join(problems)
         if problems:
@@ -299,7 +301,10 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
             endpoints[endpoint.arm] = endpoint
             results.arms[endpoint.arm] = arm_facts(config, endpoint)
             if endpoint.process is not None:
-                results.server_pgids.append(endpoint.process.pid)  # each local server leads its own group
+                results.server_pgids[endpoint.arm] = endpoint.process.pid  # each local server leads its own group
+            elif (pgid := listening_pgid(endpoint.base_url)) is not None and pgid != os.getpgid(0):
+                results.server_pgids[endpoint.arm] = pgid
+                print(f"  {endpoint.arm}: its server runs on this machine (process group {pgid}): its CPU counts as the server's, not as noise", flush=True)
             print(f"  {endpoint.arm}: ready at {endpoint.base_url}", flush=True)
         results.write()
         for name, endpoint in endpoints.items():

@@ -2,7 +2,15 @@
 
 import os
 
-from dspark_bench.loadtests.machine import CpuSnapshot, cpu_noise, cpu_snapshot, machine_facts, machine_summary, noise_problems
+from dspark_bench.loadtests.machine import (
+    CpuSnapshot,
+    cpu_noise,
+    cpu_snapshot,
+    listening_pgid,
+    machine_facts,
+    machine_summary,
+    noise_problems,
+)
 
 
 def test_noise_is_the_machines_cpu_less_servers_and_harness():
@@ -12,6 +20,37 @@ def test_noise_is_the_machines_cpu_less_servers_and_harness():
     assert noise["other_cpu_s"] == 4.0 and noise["other_cpu_share"] == 0.2 and noise["steal_share"] == 0.05
     assert noise_problems(noise) == ["other processes took 20% of the machine's CPU"]
     assert cpu_noise(None, after) == {} and noise_problems({}) == []
+
+
+def test_the_other_arms_idle_servers_are_noise_and_named_as_such():
+    before = CpuSnapshot(at=0.0, machine_busy_s=100.0, steal_s=0.0, servers_s=40.0, harness_s=5.0, idle_servers_s=10.0)
+    after = CpuSnapshot(at=10.0, machine_busy_s=118.0, steal_s=0.0, servers_s=52.0, harness_s=7.0, idle_servers_s=13.0)
+    noise = cpu_noise(before, after, cores=2)  # 4 other CPU-seconds, 3 of them the idle servers'
+    assert noise["other_cpu_share"] == 0.2 and noise["idle_servers_cpu_share"] == 0.15
+    assert noise_problems(noise) == ["other processes took 20% of the machine's CPU (15% the other arms' idle servers)"]
+    quiet = cpu_noise(before, CpuSnapshot(10.0, 114.0, 0.0, 52.0, 7.0, 10.0), cores=2)
+    assert quiet["other_cpu_share"] == 0.0 and noise_problems(quiet) == []
+
+
+def test_a_server_at_a_url_on_this_machine_is_found_by_its_port():
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = f"import socket,time; s=socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); print('up', flush=True); time.sleep(30)"
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "up"
+        assert listening_pgid(f"http://127.0.0.1:{port}/v1") == server.pid  # its own session: its own group
+        assert listening_pgid(f"http://localhost:{port}") == server.pid
+    finally:
+        server.kill()
+        server.wait()
+    assert listening_pgid(f"http://127.0.0.1:{port}") is None  # nobody listens any more
+    assert listening_pgid("https://api.example.com") is None  # another host
 
 
 def test_a_busy_process_beside_the_harness_shows_as_noise():
