@@ -26,6 +26,7 @@ from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
 from dspark_bench.loadtests.deploy.servers import vllm_launcher
 from dspark_bench.loadtests.machine import machine_facts
 from dspark_bench.loadtests.metrics import level_metrics
+from dspark_bench.loadtests.openai_api import RequestSettings
 from dspark_bench.loadtests.plan import LevelPlan
 from dspark_bench.loadtests.records import RunFolderSink
 from dspark_bench.loadtests.sweep import run_level
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             trials = []
             for repeat in range(args.repeats):
                 sink = RunFolderSink(out / f"ours-c{level}-r{repeat}")
-                plan = LevelPlan("baseline", level, Mode.PROMPT, endpoint.model, samples, sink, args.requests, warmup=0)
+                plan = LevelPlan("baseline", level, RequestSettings(endpoint.model, Mode.PROMPT), samples, sink, args.requests, warmup=0)
                 if (index + repeat) % 2:  # alternate which tool goes first
                     peer = peer_run(endpoint.base_url, str(DEFAULT_MODEL), endpoint.model, dataset, args.requests, level, out)
                     run_level(endpoint, plan, 1800)

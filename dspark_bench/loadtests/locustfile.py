@@ -23,7 +23,7 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from dspark_bench.loadtests import ui_stats  # noqa: F401 - registers the web UI's JSON tab and its worker reports
-from dspark_bench.loadtests.openai_api import MAX_TOKENS, REQUEST_TIMEOUT_S
+from dspark_bench.loadtests.openai_api import add_locust_options, settings_from_locust_options
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot
 from dspark_bench.loadtests.records import RECORD_MESSAGE, ForwardingSink, RecordSink, RequestRecord, RunFolderSink
 from dspark_bench.loadtests.user import ChatCompletionsUser
@@ -41,8 +41,7 @@ def _add_arguments(parser) -> None:
     group.add_argument("--mode", default="json_object", choices=[m.value for m in Mode], help="how JSON is asked for")
     group.add_argument("--arm", default="ui", help="label for the records (e.g. baseline, dspark)")
     group.add_argument("--served-model", default="", help="model name for requests (default: the server's first)")
-    group.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
-    group.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT_S)
+    add_locust_options(group)  # --max-tokens, --temperature, --request-timeout: as RequestSettings has them
     group.add_argument("--run-dir", default="runs/locust-ui", help="where requests.jsonl and responses/ go")
     group.add_argument("--api-key-env", default="", help="environment variable holding the server's API key (bearer)")
     group.add_argument(
@@ -104,17 +103,14 @@ def _plan_from_cli(environment, **_kwargs) -> None:
         _fail_swarm(environment, message)
         return
     start, stop = scenario.splits[Split.EVAL]
+    mode = Mode(options.mode) if scenario.is_json else Mode.TEXT
     plan = LevelPlan(
         arm=options.arm,
         level=options.rate or 0,
-        mode=Mode(options.mode) if scenario.is_json else Mode.TEXT,
-        model=model,
+        request=settings_from_locust_options(options, model, mode, headers),
         samples=list(scenario.samples(Split.EVAL, min(1000, stop - start))),
         sink=SINKS[id(environment)],
         count=None,
-        max_tokens=options.max_tokens,
-        timeout_s=options.request_timeout,
-        headers=headers,
         arrivals=Arrivals(options.rate, options.arrival == "poisson") if options.rate else None,
         sample_source=(options.scenario, 0),
     )

@@ -1,5 +1,7 @@
 """The OpenAI chat-completions request we send, reading its server-sent-event stream, and the one
-non-streaming call (studies and model evaluation). Request defaults live here.
+non-streaming call (studies and model evaluation). Request defaults live here, and ``RequestSettings``:
+how every request of a level is sent, one frozen object that plans carry and that travels whole to
+Locust workers and to the locustfile's command line.
 
 Timing follows ``vllm bench serve``: TTFT is the arrival of the first chunk carrying content,
 E2E latency the arrival of the last byte. Token counts come from the final ``usage`` chunk
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import httpx
@@ -20,6 +22,47 @@ from dspark_bench.scenarios import Mode, Sample
 MAX_TOKENS = 512  # the article's
 TEMPERATURE = 0.0  # the article's; greedy answers are the ones speculation must reproduce exactly
 REQUEST_TIMEOUT_S = 120.0  # per request, for the whole answer
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """How every request of a level is sent."""
+
+    model: str  # the served model name
+    mode: Mode  # how JSON is asked for
+    max_tokens: int = MAX_TOKENS  # a dataset line's own max_tokens wins
+    temperature: float = TEMPERATURE
+    timeout_s: float = REQUEST_TIMEOUT_S  # for the whole answer
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. the bearer key of a --url server
+
+    def as_message(self) -> dict[str, Any]:
+        """The settings as JSON-ready data (a Locust message to workers)."""
+        return {**asdict(self), "mode": self.mode.value}
+
+    @classmethod
+    def from_message(cls, data: dict[str, Any]) -> RequestSettings:
+        return cls(**{**data, "mode": Mode(data["mode"]), "headers": dict(data["headers"])})
+
+
+# The settings a run's config decides, as the locustfile's command-line flags: ``ui`` writes them from the
+# config and the locustfile reads them back (model, mode and headers have flags of their own there:
+# --served-model, --mode, --api-key-env).
+LOCUST_FLAGS = {"max_tokens": "--max-tokens", "temperature": "--temperature", "timeout_s": "--request-timeout"}
+
+
+def locust_argv(settings: RequestSettings) -> list[str]:
+    return [arg for name, flag in LOCUST_FLAGS.items() for arg in (flag, str(getattr(settings, name)))]
+
+
+def add_locust_options(group: Any) -> None:
+    """The LOCUST_FLAGS options on an argparse group, typed and defaulted by RequestSettings's fields."""
+    defaults = {f.name: f.default for f in fields(RequestSettings)}
+    for name, flag in LOCUST_FLAGS.items():
+        group.add_argument(flag, dest=f"request_{name}", type=type(defaults[name]), default=defaults[name])
+
+
+def settings_from_locust_options(options: Any, model: str, mode: Mode, headers: dict[str, str]) -> RequestSettings:
+    return RequestSettings(model, mode, headers=headers, **{name: getattr(options, f"request_{name}") for name in LOCUST_FLAGS})
 
 
 def chat_body(

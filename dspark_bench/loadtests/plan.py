@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from gevent.event import Event
 
-from dspark_bench.loadtests.openai_api import MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE
+from dspark_bench.loadtests.openai_api import RequestSettings
 from dspark_bench.loadtests.records import RecordSink, RequestRecord
-from dspark_bench.scenarios import Mode, Sample, Scenario, Split
+from dspark_bench.scenarios import Sample, Scenario, Split
 
 
 def level_samples(scenario: Scenario, block: tuple[int, int]) -> list[Sample]:
@@ -58,17 +58,12 @@ class LevelPlan:
 
     arm: str
     level: float  # users of a closed loop (0: the user count Locust reports, web UI runs), or the rate of an open one
-    mode: Mode
-    model: str
+    request: RequestSettings
     samples: list[Sample]  # cycled if shorter than warmup + count
     sink: RecordSink
     count: int | None  # None: run until stopped (Locust UI)
     warmup: int = 0
     repeat: int = 0
-    max_tokens: int = MAX_TOKENS
-    temperature: float = TEMPERATURE
-    timeout_s: float = REQUEST_TIMEOUT_S
-    headers: dict[str, str] = field(default_factory=dict)
     arrivals: Arrivals | None = None  # open loop: when each ticket is due; None: a closed loop
     users: int | None = None  # open loop: users that send the due requests (the cap on requests in flight)
     # Locust workers share a level: each takes the tickets whose number modulo ``cycle`` is in its ``slots``,

@@ -29,7 +29,7 @@ from dspark_bench.loadtests.results import LevelResult, RunResults, arm_facts
 from dspark_bench.loadtests.server_metrics import delta, scrape
 from dspark_bench.loadtests.user import ChatCompletionsUser
 from dspark_bench.loadtests.workers import WorkerError, WorkerPool
-from dspark_bench.scenarios import Mode, Scenario, Split, load_scenario
+from dspark_bench.scenarios import Scenario, Split, load_scenario
 
 STALLED_WARNING = 0.1  # share of streams read in one piece above which a level's timings are suspect
 FAILED_LEVEL_SHARE = 0.5  # a level where more requests than this failed (HTTP error, timeout) stops the run
@@ -132,7 +132,7 @@ def _measure_level(
         result = LevelResult(
             plan.arm,
             scenario,
-            plan.mode.value,
+            plan.request.mode.value,
             plan.level,
             plan.repeat,
             level_metrics(plan.records, config.slo).as_dict(),
@@ -184,12 +184,10 @@ def smoke_test(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
     with the server's own message instead of a sweep of errors."""
     scenario = load_scenario(config.scenarios[0])
     sample = next(scenario.samples(Split.TRAIN, 1))  # not a measured prompt: it would sit in the prefix cache
-    mode = config.arm_mode(config.arm(arm)) if scenario.is_json else Mode.TEXT
-    body = chat_body(sample, mode, endpoint.model, config.max_tokens, config.temperature)
+    request = config.request_settings(arm, endpoint.model, endpoint.headers(), scenario.is_json)
+    body = chat_body(sample, request.mode, request.model, request.max_tokens, request.temperature)
     try:
-        response = httpx.post(
-            f"{endpoint.base_url}/v1/chat/completions", json=body, headers=endpoint.headers(), timeout=config.request_timeout_s
-        )
+        response = httpx.post(f"{endpoint.base_url}/v1/chat/completions", json=body, headers=request.headers, timeout=request.timeout_s)
     except httpx.HTTPError as exc:
         raise RunAborted(f"arm '{arm}': the first request failed ({type(exc).__name__}: {exc}); check the server") from None
     if response.status_code != 200:
@@ -274,12 +272,8 @@ def prime(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
         scenario = load_scenario(scenario_name)
         samples = [s for block in prompt_blocks(config).values() for s in level_samples(scenario, block)]
         print(f"priming arm '{arm}' with the run's {len(samples)} {scenario.name} prompts (unmeasured) ...", flush=True)
-        mode = config.arm_mode(config.arm(arm)) if scenario.is_json else Mode.TEXT
-        plan = LevelPlan(
-            arm, PRIMING_USERS, mode, endpoint.model, samples, DiscardingSink(), len(samples),
-            max_tokens=config.max_tokens, temperature=config.temperature, timeout_s=config.request_timeout_s,
-            headers=endpoint.headers(),
-        )  # fmt: skip
+        request = config.request_settings(arm, endpoint.model, endpoint.headers(), scenario.is_json)
+        plan = LevelPlan(arm, PRIMING_USERS, request, samples, DiscardingSink(), len(samples))
         run_level(endpoint, plan, config.level_timeout_s, progress_every_s=30.0)
         _stop_if_failing(plan)
 
@@ -339,17 +333,12 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                         plan = LevelPlan(
                             arm_name,
                             level,
-                            config.arm_mode(config.arm(arm_name)) if scenario.is_json else Mode.TEXT,
-                            endpoint.model,
+                            config.request_settings(arm_name, endpoint.model, endpoint.headers(), scenario.is_json),
                             samples,
                             sink,
                             config.measured_requests(level),
                             warmup=config.warmup_requests,
                             repeat=repeat,
-                            max_tokens=config.max_tokens,
-                            temperature=config.temperature,
-                            timeout_s=config.request_timeout_s,
-                            headers=endpoint.headers(),
                             arrivals=Arrivals(level, config.arrival == "poisson", seed=1000 * level_index + repeat)
                             if config.rates
                             else None,

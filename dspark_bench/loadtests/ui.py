@@ -21,6 +21,7 @@ from typing import Any
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.local import die_with_parent
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs
+from dspark_bench.loadtests.openai_api import locust_argv
 from dspark_bench.loadtests.results import arm_facts
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -39,10 +40,10 @@ def locust_command(
     arrival: str = "poisson",
 ) -> list[str]:
     scenario = config.scenarios[0]
-    mode = config.arm_mode(config.arm(arm)).value
+    request = config.request_settings(arm, model, {})  # the key travels in API_KEY_ENV, never on a command line
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", base_url, "--web-host", "127.0.0.1"]
-    command += ["--web-port", str(web_port), "--scenario", scenario, "--mode", mode, "--arm", arm]
-    command += ["--served-model", model, "--max-tokens", str(config.max_tokens), "--run-dir", str(run_dir)]
+    command += ["--web-port", str(web_port), "--scenario", scenario, "--mode", request.mode.value, "--arm", arm]
+    command += ["--served-model", request.model, *locust_argv(request), "--run-dir", str(run_dir)]
     command += ["--api-key-env", API_KEY_ENV, "--rate", str(rate), "--arrival", arrival]
     if workers > 0:
         command += ["--processes", str(workers)]

@@ -18,6 +18,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.url import URL
 from locust import User, constant, task
 from locust.exception import StopUser
+from locust.user.task import LOCUST_STATE_STOPPING
 
 from dspark_bench.loadtests.openai_api import chat_body, consume_sse
 from dspark_bench.loadtests.plan import LevelPlan, PlanSlot
@@ -66,7 +67,7 @@ class ChatCompletionsUser(User):
             return  # the task stops this user (StopUser here would be logged as a crash)
         # geventhttpclient (the client behind Locust's FastHttpUser) parses HTTP in C: at 64 streams on a
         # small machine a pure-Python client takes CPU from the server under test and reads chunks late.
-        self.http = HTTPClient.from_url(URL(self.host), concurrency=1, network_timeout=plan.timeout_s, connection_timeout=10.0)
+        self.http = HTTPClient.from_url(URL(self.host), concurrency=1, network_timeout=plan.request.timeout_s, connection_timeout=10.0)
         self._stamp_connections()
 
     def _stamp_connections(self) -> None:
@@ -95,8 +96,10 @@ class ChatCompletionsUser(User):
         tickets. The loop stays inside the task: between tasks Locust yields to gevent's hub
         (``gevent.sleep(0)``), and with 256 users on two cores that one yield took 34 ms median (81 ms
         p90), enough to hold only 0.83 of the users' requests in flight against a server that is
-        never the bottleneck. Locust still stops the user by killing its greenlet."""
-        while self.plan is not None and (ticket := self.plan.next_ticket()) is not None:
+        never the bottleneck. Locust still stops the user by killing its greenlet; under a graceful stop
+        (Locust's ``--stop-timeout``) the user finishes the request in flight and sends no other, as a
+        TaskSet would end its task."""
+        while self.plan is not None and self._state != LOCUST_STATE_STOPPING and (ticket := self.plan.next_ticket()) is not None:
             if (due := self.plan.due(ticket[2])) is not None:  # open loop: wait for the request's arrival time
                 gevent.sleep(max(0.0, due - time.time()))
             self.chat(*ticket)
@@ -107,7 +110,8 @@ class ChatCompletionsUser(User):
         plan: LevelPlan = self.plan
         level = plan.level or (self.environment.runner.user_count if self.environment.runner else 1)
         scheduled = plan.due(index)
-        body = chat_body(sample, plan.mode, plan.model, sample.max_tokens or plan.max_tokens, plan.temperature)
+        request = plan.request
+        body = chat_body(sample, request.mode, request.model, sample.max_tokens or request.max_tokens, request.temperature)
         self._connected = None
         t_send = time.time()
         t_headers = None
@@ -118,14 +122,14 @@ class ChatCompletionsUser(User):
             response = self.http.post(
                 "/v1/chat/completions",
                 body=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json", **plan.headers},
+                headers={"Content-Type": "application/json", **request.headers},
             )
             t_headers = time.time()
             status = response.status_code
             if status != 200:
                 error = f"HTTP {status}: {response.read().decode(errors='replace')[:300]}"
             else:
-                deadline = time.monotonic() + plan.timeout_s
+                deadline = time.monotonic() + request.timeout_s
                 lines = iter(lambda: response.readline(b"\n"), b"")
                 result = consume_sse(_lines_until(lines, deadline), time.time)
                 error = result.error
@@ -135,7 +139,7 @@ class ChatCompletionsUser(User):
                 for _ in _lines_until(lines, deadline):
                     pass
         except TimeoutError:
-            timed_out, error = True, f"no complete answer within {plan.timeout_s:.0f}s"
+            timed_out, error = True, f"no complete answer within {request.timeout_s:.0f}s"
         except Exception as exc:  # noqa: BLE001 - any transport failure is an http_error verdict
             error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -146,7 +150,7 @@ class ChatCompletionsUser(User):
         validation = validate(
             text,
             is_json=sample.is_json,
-            schema=sample.schema if plan.mode is not Mode.TEXT else None,
+            schema=sample.schema if request.mode is not Mode.TEXT else None,
             truth=sample.answer,
             status=status,
             finish_reason=finish,
@@ -157,8 +161,8 @@ class ChatCompletionsUser(User):
             arm=plan.arm,
             level=level,
             scenario=sample.scenario,
-            mode=plan.mode.value,
-            request_id=f"{sample.scenario}.{plan.mode.value}.{'r' if plan.arrivals else 'c'}{level:g}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
+            mode=request.mode.value,
+            request_id=f"{sample.scenario}.{request.mode.value}.{'r' if plan.arrivals else 'c'}{level:g}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
             # Locust UI runs cycle through the samples, maybe in several worker processes: keep ids unique.
             + ("" if plan.count is not None else f".{worker_tag(self.environment)}.{index}"),
             seed=sample.seed,
@@ -187,7 +191,7 @@ class ChatCompletionsUser(User):
         plan.complete(record)
         self.environment.events.request.fire(
             request_type="CHAT",
-            name=f"{plan.arm} {sample.scenario}/{plan.mode.value}",
+            name=f"{plan.arm} {sample.scenario}/{request.mode.value}",
             response_time=(record.e2e_s or 0.0) * 1000.0,
             response_length=record.output_tokens or 0,
             exception=None

@@ -21,10 +21,11 @@ import gevent
 from locust.env import Environment
 
 from dspark_bench.loadtests.deploy.local import die_with_parent, free_port
+from dspark_bench.loadtests.openai_api import RequestSettings
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
 from dspark_bench.loadtests.records import RECORD_MESSAGE, RecordSink, RequestRecord
 from dspark_bench.loadtests.user import ChatCompletionsUser
-from dspark_bench.scenarios import Mode, load_scenario
+from dspark_bench.scenarios import load_scenario
 
 PLAN_MESSAGE = "dspark_plan"  # master -> worker: this level's plan (data None: no plan until the next one)
 USER_CLASS = "JsonUser"  # the locustfile's user class: the master spawns users by this name
@@ -47,18 +48,13 @@ def plan_message(plan: LevelPlan, slots: tuple[int, ...], cycle: int) -> dict[st
     return {
         "arm": plan.arm,
         "level": plan.level,
-        "mode": plan.mode.value,
-        "model": plan.model,
+        "request": plan.request.as_message(),
         "scenario": scenario,
         "sample_offset": offset,
         "sample_count": len(plan.samples),
         "count": plan.count,
         "warmup": plan.warmup,
         "repeat": plan.repeat,
-        "max_tokens": plan.max_tokens,
-        "temperature": plan.temperature,
-        "timeout_s": plan.timeout_s,
-        "headers": plan.headers,
         "arrivals": None if arrivals is None else {"rate": arrivals.rate, "poisson": arrivals.poisson, "seed": arrivals.seed},
         "users": plan.users,
         "slots": list(slots),
@@ -74,17 +70,12 @@ def plan_from_message(data: dict[str, Any], sink: RecordSink) -> LevelPlan:
     return LevelPlan(
         arm=data["arm"],
         level=data["level"],
-        mode=Mode(data["mode"]),
-        model=data["model"],
+        request=RequestSettings.from_message(data["request"]),
         samples=level_samples(scenario, (data["sample_offset"], data["sample_count"])),
         sink=sink,
         count=data["count"],
         warmup=data["warmup"],
         repeat=data["repeat"],
-        max_tokens=data["max_tokens"],
-        temperature=data["temperature"],
-        timeout_s=data["timeout_s"],
-        headers=dict(data["headers"]),
         arrivals=None if arrivals is None else Arrivals(**arrivals),
         users=data["users"],
         slots=tuple(data["slots"]),

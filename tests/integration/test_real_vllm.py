@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -85,21 +86,23 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     ]
     assert "--no-enable-prefix-caching" not in results["arms"]["baseline"]["argv"]
     lines = (run / "requests.jsonl").read_text().splitlines()
-    assert len(lines) == 2 * 2 * (3 + 1)
+    assert len(lines) == 2 * (3 + 1) + 2 * 8  # 2 users: 4 whole waves, 7 measured + 1 warm-up
     records = [json.loads(line) for line in lines]
     assert {r["mode"] for r in records if r["arm"] == "baseline"} == {"prompt"}
     assert {r["mode"] for r in records if r["arm"] == "baseline-constrained"} == {"json_object"}
     assert all(r["output_tokens"] and r["t_first_token"] for r in records)
     for level in results["levels"]:
-        assert level["metrics"]["requests"] == 3 and level["metrics"]["raw_tok_s"] > 0
+        assert level["metrics"]["requests"] == {1: 3, 2: 7}[level["level"]] and level["metrics"]["raw_tok_s"] > 0
+        assert level["metrics"]["prefix_cache_reset"] is True  # local arms run in dev mode: emptied before each level
         assert "vllm:generation_tokens" in level["server"]  # /metrics scraped around the level
-    assert len(list((run / "responses" / "baseline").glob("*.json"))) == 8
+    assert len(list((run / "responses" / "baseline").glob("*.json"))) == 4 + 8
     assert (run / "report.html").exists() and "eff tok/s" in out.stdout and "x baseline-constrained" in out.stdout
     assert len((run / "levels.csv").read_text().splitlines()) == 1 + 4
     assert_no_server_left(run)
 
 
 def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
+    started = time.monotonic()
     out = subprocess.run(
         [
             sys.executable,
@@ -114,8 +117,8 @@ def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
             "2",
             "-t",
             "6s",
-            # Locust's graceful stop: each user finishes the request it has in flight, so the count
-            # below does not depend on how fast this machine answers within the 6 s.
+            # Locust's graceful stop: each user finishes the request it has in flight and sends no other,
+            # so the count below does not depend on how fast this machine answers within the 6 s.
             "--stop-timeout",
             "120",
             "--host",
@@ -137,6 +140,8 @@ def test_locustfile_runs_under_locusts_own_cli(vllm_server, tmp_path):
     assert out.returncode in (0, 1), out.stderr[-2000:]  # 1: Locust saw failures (invalid answers), still a run
     records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert len(records) >= 2 and {r["arm"] for r in records} == {"cli"}
+    # a graceful stop ends each user after its request in flight, well before the 120 s stop timeout
+    assert time.monotonic() - started < 100
     assert {r["mode"] for r in records} == {"json_schema"} and all(r["verdict"] != "http_error" for r in records)
     assert "CHAT" in out.stdout + out.stderr  # our requests in Locust's own statistics
 

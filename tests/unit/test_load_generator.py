@@ -9,6 +9,7 @@ import pytest
 
 from dspark_bench.loadtests.deploy.base import Endpoint
 from dspark_bench.loadtests.metrics import MIN_CONCURRENCY_SHARE, level_metrics
+from dspark_bench.loadtests.openai_api import RequestSettings
 from dspark_bench.loadtests.plan import LevelPlan
 from dspark_bench.loadtests.records import RunFolderSink
 from dspark_bench.loadtests.sweep import run_level
@@ -19,7 +20,7 @@ from dspark_bench.scenarios import Mode, Split, load_scenario
 def test_users_hold_their_concurrency(fast_server, tmp_path, users):
     connected_before = _connections(fast_server)
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 50))
-    plan = LevelPlan("fake", users, Mode.JSON_OBJECT, "fake", samples, RunFolderSink(tmp_path), 8 * users, warmup=users)
+    plan = LevelPlan("fake", users, RequestSettings("fake", Mode.JSON_OBJECT), samples, RunFolderSink(tmp_path), 8 * users, warmup=users)
     run_level(Endpoint("fake", fast_server, "fake"), plan, timeout_s=120, progress_every_s=60)
     metrics = level_metrics(plan.records)
     assert metrics.requests == 8 * users and metrics.rate_http_error == 0
@@ -39,7 +40,7 @@ def _open_loop(server: str, tmp_path, rate: float, users: int, count: int, poiss
     from dspark_bench.loadtests.plan import Arrivals
 
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 20))
-    plan = LevelPlan("fake", rate, Mode.JSON_OBJECT, "fake", samples, RunFolderSink(tmp_path), count,
+    plan = LevelPlan("fake", rate, RequestSettings("fake", Mode.JSON_OBJECT), samples, RunFolderSink(tmp_path), count,
                      arrivals=Arrivals(rate, poisson=poisson, seed=1), users=users)  # fmt: skip
     run_level(Endpoint("fake", server, "fake"), plan, timeout_s=120, progress_every_s=60)
     return level_metrics(plan.records)

@@ -14,6 +14,7 @@ import locust  # noqa: F401 - gevent patches sockets first
 import pytest
 
 from dspark_bench.loadtests.config import load_config
+from dspark_bench.loadtests.openai_api import RequestSettings
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan
 from dspark_bench.loadtests.records import RunFolderSink, read_records
 from dspark_bench.loadtests.sweep import RunAborted, run_sweep
@@ -39,10 +40,11 @@ def _tickets(plan: LevelPlan) -> list[tuple[int, float | None]]:
 def test_workers_parts_add_up_to_the_plan_one_process_would_run(tmp_path, arrivals):
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 12))
     sink = RunFolderSink(tmp_path)
-    whole = LevelPlan("a", 4, Mode.JSON_OBJECT, "m", samples, sink, 10, warmup=2, arrivals=arrivals, users=4,
+    whole = LevelPlan("a", 4, RequestSettings("m", Mode.JSON_OBJECT, headers={"Authorization": "Bearer k"}), samples, sink, 10, warmup=2, arrivals=arrivals, users=4,
                       start_at=1000.0, sample_source=("order_extraction", 0))  # fmt: skip
     parts = [plan_from_message(plan_message(whole, slots, 5), sink) for slots in ticket_slots([3, 2])]
     assert [p.samples for p in parts] == [samples, samples]  # rebuilt from the scenario, not sent
+    assert [p.request for p in parts] == [whole.request, whole.request]  # the request settings travel whole
     assert sorted(t for part in parts for t in _tickets(part)) == _tickets(whole)  # same tickets, same due times
 
 
