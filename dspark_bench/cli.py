@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="deploy arms and run the paired concurrency sweep",
         description="Settings come from --config (YAML), then these flags. Defaults: the "
         "embedded model, order_extraction, arms baseline / baseline-constrained / dspark, "
-        "levels 1..64, 200 requests per level.",
+        "levels 1..64, 200 measured requests per level (a closed-loop level runs at least 4 whole waves of its users), "
+        "fresh prompts for every repeat and level, every arm's prefix cache emptied before every level.",
     )
     bench.add_argument("--config", help="run configuration YAML (see loadtests/configs/)")
     bench.add_argument("--model", help="local model directory for local arms (default models/tiny-json)")
