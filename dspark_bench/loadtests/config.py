@@ -67,14 +67,14 @@ class RunConfig:
         return RequestSettings(model, mode, self.max_tokens, self.temperature, self.request_timeout_s, headers)
 
     def measured_requests(self, level: float) -> int:
-        """Measured requests of one level: ``requests_per_level``; a closed loop of N users is raised to whole
-        waves of N requests, warm-up included, and at least MIN_WAVES of them: no level is a single burst
-        (whose concurrency holds by construction), and none ends in a part-wave that leaves users idle."""
+        """Measured requests of one level: ``requests_per_level``; a closed loop of N users measures at least
+        MIN_WAVES waves of N (no level is a single burst, whose concurrency holds by construction) and is
+        raised to whole waves, warm-up included (none ends in a part-wave that leaves users idle)."""
         if self.rates:
             return self.requests_per_level
         users = int(level)
-        waves = max(MIN_WAVES, -(-(self.warmup_requests + self.requests_per_level) // users))
-        return waves * users - self.warmup_requests
+        measured = max(self.requests_per_level, MIN_WAVES * users)
+        return -(-(measured + self.warmup_requests) // users) * users - self.warmup_requests
 
 
 _LIST_FIELDS = {"scenarios", "arms", "levels", "rates", "server_args"}
