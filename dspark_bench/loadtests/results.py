@@ -126,3 +126,9 @@ def levels_frame(results: dict[str, Any]) -> pd.DataFrame:
         row.update({f"server:{k}": v for k, v in (level.get("server") or {}).items()})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def by_repeat(rows: pd.DataFrame, column: str) -> dict[int, float]:
+    """``column`` of some ``levels_frame`` rows (one arm, scenario and level) by repeat number: what paired
+    ratios between arms are taken over."""
+    return {int(repeat): float(value) for repeat, value in zip(rows["repeat"], rows[column], strict=True)}

@@ -237,23 +237,10 @@ def reset_prefix_caches(endpoints: dict[str, Endpoint], unresettable: set[str]) 
     and added to ``unresettable``."""
     done = {}
     for name, endpoint in endpoints.items():
-        done[name] = False
         if name in unresettable:
+            done[name] = False
             continue
-        for _attempt in range(5):  # the reset fails while blocks are held (a request still finishing)
-            try:
-                response = httpx.post(f"{endpoint.base_url}/reset_prefix_cache", headers=endpoint.headers(), timeout=30.0)
-            except httpx.HTTPError:
-                break
-            if response.status_code != 200:
-                break
-            try:
-                done[name] = bool(response.json().get("success", True))
-            except ValueError:
-                done[name] = True  # older vLLM answers 200 with no body
-            if done[name]:
-                break
-            time.sleep(0.5)
+        done[name] = endpoint.reset_prefix_cache()
         if not done[name]:
             unresettable.add(name)
             print(

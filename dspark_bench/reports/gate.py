@@ -25,7 +25,7 @@ import pandas as pd
 
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import REFERENCE_ARM
-from dspark_bench.loadtests.results import levels_frame
+from dspark_bench.loadtests.results import by_repeat, levels_frame
 from dspark_bench.reports.intervals import paired_ratio
 
 MAX_NOISE_MARGIN = 0.25  # however noisy the run, a limit never moves by more than this
@@ -137,11 +137,11 @@ def _by_arm_level(results: dict[str, Any]) -> dict[tuple[str, str, int], dict[st
         not_valid = 1.0 - rows["valid_rate"] if "valid_rate" in rows else rows["invalid_json_rate"]
         out[(str(scenario), str(arm), int(level))] = {
             "eff": median,
-            "eff_by_repeat": dict(zip(rows["repeat"].astype(int), eff.astype(float), strict=True)),
+            "eff_by_repeat": by_repeat(rows, "effective_tok_s"),
             "spread": spread,
             "invalid": float(not_valid.max()),
             "p95": float(rows["latency_p95_ms"].median()),
-            "p95_by_repeat": dict(zip(rows["repeat"].astype(int), rows["latency_p95_ms"].astype(float), strict=True)),
+            "p95_by_repeat": by_repeat(rows, "latency_p95_ms"),
             "problems": "; ".join(sorted({str(p) for p in rows.get("level_problems", pd.Series(dtype=str)).dropna() if p})),
             "stalled": float(rows["stalled_stream_rate"].max()) if "stalled_stream_rate" in rows else 0.0,
             "incomplete": bool(rows["incomplete"].fillna(False).astype(bool).any()) if "incomplete" in rows else False,
@@ -206,7 +206,7 @@ def evaluate(results: dict[str, Any], thresholds: Thresholds, reference: dict[st
             why = f"reference recorded on a CPU of class {ref_class}, this run on {machine_class}: P95 not compared"
             checks.append(Check("P95 vs reference", "all", None, float("nan"), float("nan"), True, why))
             return checks
-        checks += _p95_checks(stats, _by_arm_level(reference), thresholds)
+        checks += _p95_checks(stats, _by_arm_level(reference), thresholds, thresholds.max_p95_regression)
     return checks
 
 
@@ -237,7 +237,7 @@ def _scenario_checks(
     return checks
 
 
-def _p95_checks(stats: dict, ref_stats: dict, thresholds: Thresholds) -> list[Check]:
+def _p95_checks(stats: dict, ref_stats: dict, thresholds: Thresholds, max_regression: float) -> list[Check]:
     """Each arm's P95 over the reference arm's, paired by repeat, against the same ratio in the reference
     run: the machine's speed today cancels in the ratio (the reference arm runs no code of ours), so no
     speed factor is needed. Without the reference arm in both runs: the absolute P95s."""
@@ -249,7 +249,7 @@ def _p95_checks(stats: dict, ref_stats: dict, thresholds: Thresholds) -> list[Ch
         base_now, base_ref = stats.get((scenario, thresholds.against, level)), ref_stats.get((scenario, thresholds.against, level))
         now = paired_ratio(base_now["p95_by_repeat"], mine["p95_by_repeat"]) if base_now else None
         then = paired_ratio(base_ref["p95_by_repeat"], ref["p95_by_repeat"]) if base_ref else None
-        grow = 1 + thresholds.max_p95_regression + _margin(thresholds, base_now)  # type: ignore[operator]
+        grow = 1 + max_regression + _margin(thresholds, base_now)
         if now is not None and then is not None:
             name = f"P95 / {thresholds.against} P95 vs reference"
             checks.append(Check(name, arm, level, now.ratio, then.ratio * grow, now.ratio <= then.ratio * grow, "", scenario))

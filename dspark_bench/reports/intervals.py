@@ -83,10 +83,11 @@ class PairedRatio:
 
 def paired_ratio(a: Mapping[int, float] | None, b: Mapping[int, float] | None) -> PairedRatio | None:
     """``b / a`` paired by repeat number; None when no repeat has both arms with ``a`` above zero."""
-    common = sorted(r for r in set(a or {}) & set(b or {}) if a[r] > 0 and b[r] >= 0)  # type: ignore[index]
+    a, b = a or {}, b or {}
+    common = sorted(r for r in set(a) & set(b) if a[r] > 0 and b[r] >= 0)
     if not common:
         return None
-    ratios = [b[r] / a[r] for r in common]  # type: ignore[index]
+    ratios = [b[r] / a[r] for r in common]
     if min(ratios) == 0:
         return PairedRatio(0.0, None, None, len(ratios))
     logs = [math.log(r) for r in ratios]

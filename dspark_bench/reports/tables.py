@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from dspark_bench.loadtests.arms import ORACLE_ARM, REFERENCE_ARM
-from dspark_bench.loadtests.results import levels_frame
+from dspark_bench.loadtests.results import by_repeat, levels_frame
 from dspark_bench.reports.intervals import paired_ratio
 
 SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective tok/s over the reference arm's, same scenario and level
@@ -55,18 +55,13 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
     return grouped.rename(columns=SUMMARY_COLUMNS)
 
 
-def per_repeat(df: pd.DataFrame, scenario: str, level: float, arm: str, column: str = "effective_tok_s") -> dict[int, float]:
-    """One arm's ``column`` at one scenario and level, by repeat number (one row per repeat in levels_frame)."""
-    rows = df[(df["scenario"] == scenario) & (df["level"] == level) & (df["arm"] == arm)]
-    return {int(repeat): float(value) for repeat, value in zip(rows["repeat"], rows[column], strict=True)}
-
-
 def _ratio_to(df: pd.DataFrame, grouped: pd.DataFrame, arm: str) -> list[float]:
     """Each row's effective tok/s over ``arm``'s at the same scenario and level, paired by repeat (NaN where
     ``arm`` has none)."""
+    eff = {key: by_repeat(rows, "effective_tok_s") for key, rows in df.groupby(["scenario", "level", "arm"])}
     out = []
     for scenario, level, name in zip(grouped["scenario"], grouped["level"], grouped["arm"], strict=True):
-        paired = paired_ratio(per_repeat(df, scenario, level, arm), per_repeat(df, scenario, level, name))
+        paired = paired_ratio(eff.get((scenario, level, arm)), eff[(scenario, level, name)])
         out.append(paired.ratio if paired is not None else float("nan"))
     return out
 

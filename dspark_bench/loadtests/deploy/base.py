@@ -14,10 +14,13 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+import httpx
 
 
 class DeployError(RuntimeError):
@@ -42,6 +45,24 @@ class Endpoint:
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def reset_prefix_cache(self, attempts: int = 5) -> bool:
+        """Empty the server's prefix cache (vLLM's ``POST /reset_prefix_cache``, served in dev mode); False
+        when the server has no such endpoint or would not empty it."""
+        for _attempt in range(attempts):  # the reset fails while blocks are held (a request still finishing)
+            try:
+                response = httpx.post(f"{self.base_url}/reset_prefix_cache", headers=self.headers(), timeout=30.0)
+            except httpx.HTTPError:
+                return False
+            if response.status_code != 200:
+                return False
+            try:
+                if response.json().get("success", True):
+                    return True
+            except ValueError:
+                return True  # older vLLM answers 200 with no body
+            time.sleep(0.5)
+        return False
 
 
 @dataclass(frozen=True)
