@@ -80,8 +80,10 @@ test-unit: install
 test-integration: install browser gpustack
 	$(PY) -m pytest -q -m integration
 
+# ruff on everything; mypy on the package (its settings: pyproject.toml [tool.mypy])
 lint: install
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 model: install
 	PYTHON=$(PY) models/train_all.sh models

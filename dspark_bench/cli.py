@@ -14,54 +14,15 @@ from pathlib import Path
 
 import locust  # noqa: F401  - early: gevent patches sockets before anything opens one
 
-from dspark_bench.loadtests.config import ConfigError, load_config
+from dspark_bench.loadtests.config import ConfigError, add_setting_flags, flag_overrides, load_config
 from dspark_bench.loadtests.deploy.base import DeployError, signals_to_main_greenlet
-from dspark_bench.loadtests.machine import machine_summary
 from dspark_bench.loadtests.records import records_path
-from dspark_bench.loadtests.results import load_results, results_from_records
+from dspark_bench.loadtests.results import ResultsError, load_results, results_from_records
 from dspark_bench.loadtests.sweep import RunAborted, run_sweep
 from dspark_bench.reports import render_html
 from dspark_bench.reports.gate import GateError, evaluate, format_checks, load_thresholds
 from dspark_bench.reports.html import render_comparison
 from dspark_bench.reports.tables import format_summary, summary_frame
-
-
-def _numbers(text: str | None, flag: str, kind: type, what: str) -> list | None:
-    """A comma-separated flag value as numbers of ``kind``; a ConfigError naming the flag otherwise."""
-    if text is None:
-        return None
-    try:
-        return [kind(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"{flag} {text!r}: write comma-separated {what}, e.g. 1,2,4,8") from None
-
-
-def _slo(text: str | None) -> dict[str, float] | None:
-    """--slo ttft_ms=500,tpot_ms=50,e2e_ms=2000 (any of them)."""
-    if text is None:
-        return None
-    slo = {}
-    for pair in text.split(","):
-        key, sep, value = pair.strip().partition("=")
-        try:
-            slo[key] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise ConfigError(f"--slo {text!r}: write NAME=MILLISECONDS pairs, e.g. ttft_ms=500,e2e_ms=2000")
-    return slo
-
-
-def _urls(pairs: list[str] | None) -> dict[str, str] | None:
-    if not pairs:
-        return None
-    urls = {}
-    for pair in pairs:
-        arm, sep, url = pair.partition("=")
-        if not sep or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"--url {pair!r}: write ARM=http://host:port")
-        urls[arm] = url
-    return urls
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,39 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         "levels 1..64, 200 measured requests per level (a closed-loop level runs at least 4 whole waves of its users), "
         "fresh prompts for every repeat and level, every arm's prefix cache emptied before every level.",
     )
-    bench.add_argument("--config", help="run configuration YAML (see loadtests/configs/)")
-    bench.add_argument("--model", help="local model directory for local arms (default models/tiny-json)")
-    bench.add_argument("--scenario", dest="scenarios", help="comma-separated scenario names or YAML paths")
-    bench.add_argument("--mode", help="prompt | json_object | json_schema, for arms that do not force one")
-    bench.add_argument("--arms", help="comma-separated arms (baseline, baseline-constrained, dspark, or custom)")
-    bench.add_argument("--levels", help="comma-separated concurrency levels, e.g. 1,2,4,8,16,32,64")
-    bench.add_argument("--rate", type=float, help="open loop: send this many requests per second (instead of --levels)")
-    bench.add_argument("--rates", help="open loop: sweep these rates, e.g. 1,2,4,8 (requests per second)")
-    bench.add_argument("--arrival", choices=["poisson", "constant"], help="open loop: arrival process (default poisson)")
-    bench.add_argument("--max-concurrency", type=int, help="open loop: cap on requests in flight (default 256)")
-    bench.add_argument(
-        "--workers",
-        type=int,
-        help="Locust worker processes that send the requests, this process their master (default 0: users run here); "
-        "for when one process cannot keep up (a level flagged for low achieved concurrency or rate)",
-    )
-    bench.add_argument("--requests", dest="requests_per_level", type=int, help="measured requests per level (article: 200)")
-    bench.add_argument("--warmup", dest="warmup_requests", type=int, help="warm-up requests per level, excluded")
-    bench.add_argument("--repeats", type=int, help="run each level this many times per arm")
-    bench.add_argument("--max-tokens", type=int)
-    bench.add_argument("--temperature", type=float)
-    bench.add_argument("--request-timeout", dest="request_timeout_s", type=float, help="seconds per request")
-    bench.add_argument("--startup-timeout", dest="startup_timeout_s", type=float, help="seconds for a server to be ready")
-    bench.add_argument("--level-timeout", dest="level_timeout_s", type=float, help="seconds per level and arm")
-    bench.add_argument(
-        "--slo",
-        metavar="ttft_ms=..,tpot_ms=..,e2e_ms=..",
-        help="service-level objectives: goodput counts valid answers within all of them (any subset)",
-    )
-    bench.add_argument("--url", action="append", metavar="ARM=URL", help="use a running server for ARM (repeatable)")
-    bench.add_argument("--api-key-env", help="environment variable holding the API key for --url servers")
-    bench.add_argument("--out", dest="output_dir", help="parent folder of run folders (default runs/)")
-    bench.add_argument("--name", dest="run_name", help="run folder name (default: a timestamp)")
+    bench.add_argument("--config", help="run configuration YAML (see dspark_bench/loadtests/configs/); flags override it")
+    add_setting_flags(bench, "bench")
     report = sub.add_parser(
         "report", help="re-render the HTML page and summary of a saved run (or build them from a Locust run's records)"
     )
@@ -123,21 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Users and spawn rate are set in the browser. The JSON tab shows valid answers, invalid ones "
         "by category and effective JSON tokens/s beside Locust's own statistics.",
     )
-    ui.add_argument("--config", help="run configuration YAML (model, scenario, mode, arms' server args)")
+    ui.add_argument("--config", help="run configuration YAML; every setting the web UI can honour is honoured")
     ui.add_argument("--arm", default="dspark", help="the arm to serve (default dspark)")
-    ui.add_argument("--model", help="local model directory (default models/tiny-json)")
-    ui.add_argument("--scenario", dest="scenarios", help="scenario name or YAML path")
-    ui.add_argument("--mode", help="prompt | json_object | json_schema")
-    ui.add_argument("--url", action="append", metavar="ARM=URL", help="use a running server instead of starting one")
-    ui.add_argument("--api-key-env", help="environment variable holding the API key for --url servers")
     ui.add_argument("--web-port", type=int, default=8089, help="Locust web UI port (default 8089)")
-    ui.add_argument("--workers", type=int, default=0, help="Locust worker processes on this machine (0: none)")
-    ui.add_argument(
-        "--rate", type=float, default=0.0, help="open loop: requests per second (0: closed loop); also editable in the web UI"
-    )
-    ui.add_argument("--arrival", choices=["poisson", "constant"], default="poisson", help="open loop: arrival process")
-    ui.add_argument("--out", dest="output_dir", help="parent folder of run folders (default runs/)")
-    ui.add_argument("--name", dest="run_name", help="run folder name (default: ui-<timestamp>)")
+    add_setting_flags(ui, "ui")
     gate = sub.add_parser(
         "gate",
         help="check a run against a thresholds file; exit 1 when a check fails",
@@ -151,33 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    overrides = {
-        k: getattr(args, k)
-        for k in (
-            "model",
-            "scenarios",
-            "mode",
-            "arms",
-            "requests_per_level",
-            "warmup_requests",
-            "repeats",
-            "max_tokens",
-            "temperature",
-            "request_timeout_s",
-            "startup_timeout_s",
-            "level_timeout_s",
-            "api_key_env",
-            "output_dir",
-            "run_name",
-            "workers",
-        )
-    }
-    overrides["levels"] = _numbers(args.levels, "--levels", int, "integers")
-    overrides["urls"] = _urls(args.url)
-    overrides["slo"] = _slo(args.slo)
-    overrides["rates"] = [args.rate] if args.rate is not None else _numbers(args.rates, "--rates", float, "requests per second")
-    overrides["arrival"], overrides["max_concurrency"] = args.arrival, args.max_concurrency
-    return execute(load_config(args.config, **overrides))[0]
+    return execute(load_config(args.config, **flag_overrides(args)))[0]
 
 
 def execute(config) -> tuple[int, Path]:
@@ -205,15 +98,13 @@ def execute(config) -> tuple[int, Path]:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from dspark_bench.loadtests.ui import run_ui
+    from dspark_bench.loadtests.ui import ignored_by_ui, run_ui
 
-    overrides = {k: getattr(args, k) for k in ("model", "scenarios", "mode", "api_key_env", "output_dir", "run_name")}
-    overrides["urls"] = _urls(args.url)
-    config = load_config(None if args.config is None else args.config, arms=args.arm, **overrides)
+    config = load_config(args.config, **{**flag_overrides(args), "arms": args.arm})
+    if ignored := ignored_by_ui(config):
+        print(f"note: the web UI sets users and spawn rate itself; ignored: {', '.join(ignored)}", flush=True)
     signals_to_main_greenlet()
-    if args.rate < 0:
-        raise ConfigError(f"--rate {args.rate:g} is negative; fix: give requests per second, e.g. --rate 4 (0: closed loop)")
-    status, run_dir, arms = run_ui(config, args.arm, args.web_port, args.workers, args.rate, args.arrival)
+    status, run_dir, arms = run_ui(config, args.arm, args.web_port)
     results_from_records(run_dir, config, arms).write()
     _report(run_dir)
     return 0 if status in (0, 1) else status  # Locust exits 1 when any answer failed validation
@@ -248,7 +139,7 @@ def _report(run_dir: Path) -> None:
     if not (run_dir / "results.json").exists():
         return
     results = load_results(run_dir)
-    print(f"\nmachine: {machine_summary(results.get('machine', {}))}")
+    print(f"\nmachine: {results.machine.summary}")
     print(format_summary(summary_frame(results)))
     try:
         page = render_html(results, run_dir / "report.html")
@@ -282,6 +173,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"comparison: {page}")
         return 0
-    except (ConfigError, GateError) as exc:
+    except (ConfigError, GateError, ResultsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     finally:
         deployer.stop_all()
-    (out / "results.json").write_text(json.dumps({"machine": machine_facts(), "rows": rows}, indent=1), encoding="utf-8")
+    (out / "results.json").write_text(json.dumps({"machine": machine_facts().as_dict(), "rows": rows}, indent=1), encoding="utf-8")
     lines = [
         "# Cross-check: our harness vs `vllm bench serve`",
         "",

@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     specs += [ServerSpec(arm, str(DEFAULT_MODEL), "tiny-json", dspark_launcher(), common, ARMS[arm], env) for arm in arms]
     deployer = LocalDeployer(args.out / "logs")
     results = {"prompts": args.prompts, "started": datetime.now(UTC).isoformat(timespec="seconds"),
-               "machine": machine_facts(), "rows": []}  # fmt: skip
+               "machine": machine_facts().as_dict(), "rows": []}  # fmt: skip
     try:
         endpoints = {e.arm: e for e in deployer.start_many(specs)}
         for arm in arms:

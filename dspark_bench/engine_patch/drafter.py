@@ -136,7 +136,7 @@ class StructureMemory:
         the skeleton of the whole window (what ``propose_one`` starts from)."""
         if len(self.counts) > MAX_MEMORY:
             self.counts.clear()
-        skeleton = self.skeleton(tokens[max(0, start - WINDOW) : start])
+        skeleton = self.skeleton(tokens[max(0, start - WINDOW) : start].tolist())
         for j in range(start, len(tokens)):
             token = int(tokens[j])
             if not skeleton.in_value or skeleton.structural(token):  # a value's content is never learned
@@ -209,7 +209,8 @@ def propose_one(
     skeleton = skeleton or memory.skeleton(tokens[-WINDOW:].tolist())
     if not skeleton.json_seen:
         return draft  # free text (freeform answers): drafts would cost verification and rarely land
-    copy, position, searches = [], 0, 0
+    copy: list[int] = []
+    position, searches = 0, 0
     while len(draft) < k:
         if position >= len(copy) and searches < 3:  # no copy yet, or it ran out or diverged: look again
             extended = np.concatenate([tokens, np.asarray(draft, dtype=tokens.dtype)]) if draft else tokens

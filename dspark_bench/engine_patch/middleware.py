@@ -181,7 +181,7 @@ class DSparkMiddleware:
                 if body is not original:
                     DEFAULTED_TO_JSON.inc()
             schema = requested_schema(body) if self.schema_check else None
-            if schema is not None and (problem := self.schema_check.problem(schema)) is not None:
+            if schema is not None and self.schema_check and (problem := self.schema_check.problem(schema)) is not None:
                 SCHEMAS_REFUSED.inc()
                 payload = bad_request(f"the response_format schema cannot be compiled into a grammar: {problem}")
                 headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+import argparse
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import BUILTIN_ARMS, Arm
@@ -22,34 +24,119 @@ class ConfigError(ValueError):
     """A run configuration that cannot work; the message names the setting and the fix."""
 
 
+SETTING = "setting"  # the dataclass field metadata key that holds a RunConfig field's Setting
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one run setting is written and checked, beside its type and default on ``RunConfig``. The YAML key
+    is the field's name; the YAML type check, the ``bench`` and ``ui`` flags and their help all derive from it."""
+
+    help: str
+    example: str  # as written in YAML, a list's items without brackets; also the fix in error messages
+    kind: type | tuple[type, ...]  # what a YAML value must be; for a list setting, what each item must be
+    is_list: bool = False
+    flag: str | None = ""  # "": --<name-with-dashes>; None: YAML only
+    aliases: tuple[str, ...] = ()  # more flags for it (a one-value spelling, e.g. --rate for --rates)
+    ui: bool = True  # ``ui`` honours it, and offers its flag too; False: it has no meaning under the web UI
+    choices: tuple[str, ...] | None = None
+    parse: Callable[[str], Any] | None = None  # a flag's text -> the value; default: by ``kind``, lists comma-separated
+    repeatable: bool = False  # the flag may be given many times; ``parse`` gives (key, value) pairs of a mapping
+    metavar: str | None = None  # the flag's value in --help
+    flag_example: str | None = None  # the example as the flag's text, where it is not ``example`` without spaces
+
+    def flag_name(self, name: str) -> str | None:
+        return None if self.flag is None else (self.flag or "--" + name.replace("_", "-"))
+
+
+def setting(default: Any = MISSING, *, factory: Any = MISSING, **spec: Any) -> Any:
+    """A RunConfig field with its Setting."""
+    return field(default=default, default_factory=factory, metadata={SETTING: Setting(**spec)})
+
+
+def _slo_pairs(text: str) -> dict[str, float]:
+    slo = {}
+    for pair in text.split(","):
+        key, sep, value = pair.strip().partition("=")
+        if not sep:
+            raise ValueError(pair)
+        slo[key] = float(value)
+    return slo
+
+
+def _url_pair(text: str) -> tuple[str, str]:
+    arm, sep, url = text.partition("=")
+    if not sep or not url.startswith(("http://", "https://")):
+        raise ValueError(text)
+    return arm, url
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    model: str = str(DEFAULT_MODEL)
-    scenarios: tuple[str, ...] = ("order_extraction",)
-    mode: Mode = Mode.JSON_OBJECT  # for arms that do not force one (the article's DSpark arm: json_object)
-    arms: tuple[str, ...] = ("baseline", "baseline-constrained", "dspark")
-    levels: tuple[int, ...] = DEFAULT_LEVELS  # closed loop: users per level
-    rates: tuple[float, ...] = ()  # open loop instead: requests per second per level (levels then unused)
-    arrival: str = "poisson"  # open loop: poisson or constant gaps
-    max_concurrency: int = 256  # open loop: users sending the due requests, the cap on requests in flight
-    workers: int = 0  # Locust worker processes that send the requests (0: the users run in the sweep's process)
-    requests_per_level: int = 200  # at least; a closed loop runs whole waves of its users, MIN_WAVES at least
-    warmup_requests: int = 2
-    repeats: int = 1
-    max_tokens: int = MAX_TOKENS
-    temperature: float = TEMPERATURE
-    request_timeout_s: float = REQUEST_TIMEOUT_S
-    startup_timeout_s: float = 600.0
-    level_timeout_s: float = 3600.0
-    output_dir: str = "runs"
-    run_name: str | None = None
-    urls: dict[str, str] = field(default_factory=dict)  # arm -> base URL: use running servers
-    api_key_env: str = "OPENAI_API_KEY"
-    served_model_name: str | None = None
-    server_args: tuple[str, ...] = ("--dtype", "bfloat16", "--max-model-len", "1024")  # given to every local arm
-    custom_arms: tuple[Arm, ...] = ()
-    slo: dict[str, float] = field(default_factory=dict)  # ttft_ms / tpot_ms / e2e_ms: goodput counts requests within all
-    gpustack: dict[str, Any] | None = None  # deploy the arms on a GPUStack cluster (loadtests/gpustack_spec.py)
+    """Every run setting, declared once: its type, default and ``Setting`` (help, example, check, flags)."""
+
+    model: str = setting(str(DEFAULT_MODEL), kind=str, example="models/tiny-json",
+                         metavar="DIR",
+                         help="local model directory for local arms (default: the embedded models/tiny-json)")
+    scenarios: tuple[str, ...] = setting(("order_extraction",), kind=str, is_list=True, flag="--scenario",
+                                         example="order_extraction, tool_call",
+                                         help="comma-separated scenario names or YAML paths (ui: one)")
+    mode: Mode = setting(Mode.JSON_OBJECT, kind=str, example="json_object",
+                         choices=(Mode.PROMPT.value, Mode.JSON_OBJECT.value, Mode.JSON_SCHEMA.value),
+                         help="how JSON is asked for, by arms that do not force a way (the article's DSpark arm: json_object)")
+    arms: tuple[str, ...] = setting(("baseline", "baseline-constrained", "dspark"), kind=str, is_list=True,
+                                    example="baseline, dspark", ui=False,
+                                    help="comma-separated arms (baseline, baseline-constrained, dspark, or custom)")
+    levels: tuple[int, ...] = setting(DEFAULT_LEVELS, kind=int, is_list=True, example="1, 8, 64", ui=False,
+                                      help="closed loop: comma-separated users per level, e.g. 1,2,4,8,16,32,64")
+    rates: tuple[float, ...] = setting((), kind=(int, float), is_list=True, example="1, 2, 4, 8", aliases=("--rate",),
+                                       help="open loop instead of levels: requests per second per level, e.g. 1,2,4,8 (ui: one)")
+    arrival: str = setting("poisson", kind=str, example="poisson", choices=("poisson", "constant"),
+                           help="open loop: arrival process, poisson or constant gaps")
+    max_concurrency: int = setting(256, kind=int, example="256", ui=False,
+                                   help="open loop: users sending the due requests, the cap on requests in flight")
+    workers: int = setting(0, kind=int, example="2",
+                           help="Locust worker processes that send the requests, this process their master (0: the users "
+                           "run here); for when one process cannot keep up (a level flagged for low concurrency or rate)")
+    requests_per_level: int = setting(200, kind=int, example="200", flag="--requests", ui=False,
+                                      help="measured requests per level, at least (article: 200); a closed loop runs "
+                                      f"whole waves of its users, {MIN_WAVES} at least")
+    warmup_requests: int = setting(2, kind=int, example="2", flag="--warmup", ui=False,
+                                   help="warm-up requests per level, not measured")
+    repeats: int = setting(1, kind=int, example="3", ui=False, help="run each level this many times per arm")
+    max_tokens: int = setting(MAX_TOKENS, kind=int, example="512", help="max_tokens of every request")
+    temperature: float = setting(TEMPERATURE, kind=(int, float), example="0.0",
+                                 help="temperature of every request (0: greedy, as the article)")
+    request_timeout_s: float = setting(REQUEST_TIMEOUT_S, kind=(int, float), example="120", flag="--request-timeout",
+                                       help="seconds per request, for the whole answer")
+    startup_timeout_s: float = setting(600.0, kind=(int, float), example="600", flag="--startup-timeout",
+                                       help="seconds for a server to be ready")
+    level_timeout_s: float = setting(3600.0, kind=(int, float), example="3600", flag="--level-timeout", ui=False,
+                                     help="seconds per level and arm")
+    output_dir: str = setting("runs", kind=str, example="runs", flag="--out", help="parent folder of run folders")
+    run_name: str | None = setting(None, kind=str, example="my-run", flag="--name",
+                                   help="run folder name (default: a timestamp)")
+    urls: dict[str, str] = setting(factory=dict, kind=dict, example="{baseline: http://127.0.0.1:8000}", flag="--url",
+                                   flag_example="baseline=http://127.0.0.1:8000",
+                                   parse=_url_pair, repeatable=True, metavar="ARM=URL",
+                                   help="ARM=URL: use a running server for ARM (repeatable)")
+    api_key_env: str = setting("OPENAI_API_KEY", kind=str, example="OPENAI_API_KEY",
+                               help="environment variable holding the API key for --url servers")
+    served_model_name: str | None = setting(None, kind=str, example="tiny-json", flag=None,
+                                            help="the model name local arms serve, and --url servers are asked for (default: the model folder's name)")
+    server_args: tuple[str, ...] = setting(("--dtype", "bfloat16", "--max-model-len", "1024"), kind=str, is_list=True,
+                                           example="--dtype, bfloat16", flag=None,
+                                           help="vLLM arguments given to every local arm")
+    custom_arms: tuple[Arm, ...] = setting((), kind=dict, is_list=True, flag=None,
+                                           example="{name: ngram, server_args: [...], mode: json_schema}",
+                                           help="arms of your own: name, description, server_args, launcher, mode, primed")
+    slo: dict[str, float] = setting(factory=dict, kind=dict, example="{ttft_ms: 500, e2e_ms: 2000}", parse=_slo_pairs,
+                                    flag_example="ttft_ms=500,e2e_ms=2000",
+                                    metavar="ttft_ms=..,tpot_ms=..,e2e_ms=..",
+                                    help="service-level objectives, NAME=MILLISECONDS pairs of ttft_ms, tpot_ms, e2e_ms: "
+                                    "goodput counts valid answers within all given")
+    gpustack: dict[str, Any] | None = setting(None, kind=dict, example="{url: http://host, model_path: /models/m}",
+                                              flag=None, help="deploy the arms on a GPUStack cluster (deploy/gpustack_spec.py)")
 
     def arm(self, name: str) -> Arm:
         for arm in self.custom_arms:
@@ -77,60 +164,12 @@ class RunConfig:
         return -(-(measured + self.warmup_requests) // users) * users - self.warmup_requests
 
 
-_LIST_FIELDS = {"scenarios", "arms", "levels", "rates", "server_args"}
-# The type each scalar or mapping setting must have in a YAML file (flags arrive already typed).
-_SHAPES: dict[str, type | tuple[type, ...]] = {
-    "model": str,
-    "requests_per_level": int,
-    "warmup_requests": int,
-    "repeats": int,
-    "max_tokens": int,
-    "temperature": (int, float),
-    "request_timeout_s": (int, float),
-    "startup_timeout_s": (int, float),
-    "level_timeout_s": (int, float),
-    "output_dir": str,
-    "run_name": str,
-    "urls": dict,
-    "api_key_env": str,
-    "served_model_name": str,
-    "gpustack": dict,
-    "mode": str,
-    "slo": dict,
-    "arrival": str,
-    "max_concurrency": int,
-    "workers": int,
-}
-_EXAMPLES = {
-    "model": "models/tiny-json",
-    "requests_per_level": "200",
-    "warmup_requests": "2",
-    "repeats": "3",
-    "max_tokens": "512",
-    "temperature": "0.0",
-    "request_timeout_s": "120",
-    "startup_timeout_s": "600",
-    "level_timeout_s": "3600",
-    "output_dir": "runs",
-    "run_name": "my-run",
-    "urls": "{baseline: http://host:8000}",
-    "api_key_env": "OPENAI_API_KEY",
-    "served_model_name": "tiny-json",
-    "gpustack": "{url: http://host, model_path: /models/m}",
-    "mode": "json_object",
-    "slo": "{ttft_ms: 500, e2e_ms: 2000}",
-    "scenarios": "order_extraction, tool_call",
-    "arms": "baseline, dspark",
-    "levels": "1, 8, 64",
-    "rates": "1, 2, 4, 8",
-    "arrival": "poisson",
-    "max_concurrency": "256",
-    "workers": "2",
-    "server_args": "--dtype, bfloat16",
-}
+def settings() -> dict[str, Setting]:
+    """Every run setting by name, in declaration order."""
+    return {f.name: f.metadata[SETTING] for f in fields(RunConfig)}
 
 
-def _fail(setting: str, problem: str, fix: str) -> None:
+def _fail(setting: str, problem: str, fix: str) -> NoReturn:
     raise ConfigError(f"setting '{setting}': {problem}; fix: {fix}")
 
 
@@ -164,27 +203,30 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
     values: dict[str, Any] = {}
     if path is not None:
         try:
-            values.update(read_yaml_mapping(path, "see loadtests/configs/"))
+            values.update(read_yaml_mapping(path, "see dspark_bench/loadtests/configs/"))
         except FileProblem as exc:
             raise ConfigError(f"config file {exc}") from None
     values.update({k: v for k, v in overrides.items() if v is not None})
-    known = {f.name for f in fields(RunConfig)}
+    schema = settings()
     for key in values:
-        if key not in known:
-            _fail(key, "unknown setting", f"use one of {', '.join(sorted(known))}")
-    for key in _LIST_FIELDS & set(values):
-        if isinstance(values[key], str):
-            values[key] = [v.strip() for v in values[key].split(",") if v.strip()]
-        elif isinstance(values[key], int | float) and not isinstance(values[key], bool) and key in ("levels", "rates"):
-            values[key] = [values[key]]  # "levels: 8" means one level
-        if not isinstance(values[key], list | tuple):
-            _fail(key, f"{values[key]!r} is not a list", f"write a list, e.g. {key}: [{_EXAMPLES[key]}]")
-        values[key] = tuple(values[key])
-    for key, shape in _SHAPES.items():
-        kinds = shape if isinstance(shape, tuple) else (shape,)
-        if key in values and (not isinstance(values[key], kinds) or isinstance(values[key], bool)):
+        if key not in schema:
+            _fail(key, "unknown setting", f"use one of {', '.join(sorted(schema))}")
+    for key, spec in schema.items():
+        if key not in values:
+            continue
+        if spec.is_list:
+            if isinstance(values[key], str):
+                values[key] = [v.strip() for v in values[key].split(",") if v.strip()]
+            elif isinstance(values[key], int | float) and not isinstance(values[key], bool) and spec.kind is not str:
+                values[key] = [values[key]]  # "levels: 8" means one level
+            if not isinstance(values[key], list | tuple):
+                _fail(key, f"{values[key]!r} is not a list", f"write a list, e.g. {key}: [{spec.example}]")
+            values[key] = tuple(values[key])
+            continue
+        kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
+        if values[key] is not None and (not isinstance(values[key], kinds) or isinstance(values[key], bool)):
             wanted = " or ".join(k.__name__ for k in kinds)
-            _fail(key, f"{values[key]!r} is a {type(values[key]).__name__}, not a {wanted}", f"write e.g. {key}: {_EXAMPLES[key]}")
+            _fail(key, f"{values[key]!r} is a {type(values[key]).__name__}, not a {wanted}", f"write e.g. {key}: {spec.example}")
     if "custom_arms" in values:
         if not isinstance(values["custom_arms"], list | tuple):
             _fail("custom_arms", "not a list", "write a list of arms: '- {name: x, server_args: [...]}'")
@@ -202,7 +244,7 @@ def validate_config(config: RunConfig) -> RunConfig:
     for key in ("scenarios", "arms", "server_args"):
         for item in getattr(config, key):
             if not isinstance(item, str):
-                _fail(key, f"{item!r} is not a string", f"write e.g. {key}: [{_EXAMPLES[key]}]")
+                _fail(key, f"{item!r} is not a string", f"write e.g. {key}: [{settings()[key].example}]")
     known_arms = set(BUILTIN_ARMS) | {a.name for a in config.custom_arms}
     for name in config.arms:
         if name not in known_arms:
@@ -241,18 +283,18 @@ def validate_config(config: RunConfig) -> RunConfig:
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             _fail(name, f"{value!r} is not an integer >= {low}", f"give an integer >= {low}")
-    for name, value in (
+    for name, seconds in (
         ("request_timeout_s", config.request_timeout_s),
         ("startup_timeout_s", config.startup_timeout_s),
         ("level_timeout_s", config.level_timeout_s),
     ):
-        if value <= 0:
-            _fail(name, f"{value!r} seconds is not a positive time", f"write e.g. {name}: {_EXAMPLES[name]}")
+        if seconds <= 0:
+            _fail(name, f"{seconds!r} seconds is not a positive time", f"write e.g. {name}: {settings()[name].example}")
     for key, limit in config.slo.items():
         if key not in SLO_KEYS:
             _fail(f"slo.{key}", "unknown objective", f"use {', '.join(SLO_KEYS)}")
         if not isinstance(limit, int | float) or isinstance(limit, bool) or limit <= 0:
-            _fail(f"slo.{key}", f"{limit!r} is not a positive number of milliseconds", f"write e.g. slo: {_EXAMPLES['slo']}")
+            _fail(f"slo.{key}", f"{limit!r} is not a positive number of milliseconds", f"write e.g. slo: {settings()['slo'].example}")
     if config.temperature < 0:
         _fail("temperature", f"{config.temperature!r} is negative", "write a temperature >= 0 (0: greedy, as the article)")
     for arm, url in config.urls.items():
@@ -274,3 +316,57 @@ def validate_config(config: RunConfig) -> RunConfig:
     return replace(config, levels=levels, rates=tuple(float(r) for r in rates))
 
 
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags of every setting that has one (``ui``: those it honours), as text that ``flag_overrides``
+    turns into values; the default is None, 'not given', so a config file's value stands."""
+    for name, spec in settings().items():
+        flag = spec.flag_name(name)
+        if flag is None or (command == "ui" and not spec.ui):
+            continue
+        default = RunConfig.__dataclass_fields__[name].default
+        shown = "" if default in (MISSING, None, ()) or "default" in spec.help else f" (default {_shown(default)})"
+        parser.add_argument(
+            flag, *spec.aliases, dest=name, action="append" if spec.repeatable else "store",
+            metavar=spec.metavar or ("|".join(spec.choices) if spec.choices else None),
+            help=f"{spec.help}{shown}; YAML: {name}",
+        )  # fmt: skip
+
+
+def _shown(default: Any) -> str:
+    if isinstance(default, tuple):
+        return ",".join(str(v) for v in default)
+    return str(getattr(default, "value", default))
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as flags in ``args``, as values (None: not given); ConfigError naming the flag for
+    text that is not what the setting takes."""
+    overrides: dict[str, Any] = {}
+    for name, spec in settings().items():
+        text = getattr(args, name, None)
+        flag = spec.flag_name(name)
+        if text is None or flag is None:
+            continue
+        try:
+            overrides[name] = _parse_flag(spec, text)
+        except ValueError:
+            given = " ".join(text) if isinstance(text, list) else text
+            raise ConfigError(f"{flag} {given!r}: write e.g. {flag} {_flag_example(spec)}") from None
+    return overrides
+
+
+def _parse_flag(spec: Setting, text: Any) -> Any:
+    if spec.repeatable:
+        return dict(spec.parse(item) for item in text) if spec.parse else list(text)
+    if spec.parse is not None:
+        return spec.parse(text)
+    kind = spec.kind[-1] if isinstance(spec.kind, tuple) else spec.kind  # (int, float): read as float
+    if spec.is_list:
+        return [kind(v.strip()) for v in text.split(",") if v.strip()]
+    return kind(text)
+
+
+def _flag_example(spec: Setting) -> str:
+    return spec.flag_example or spec.example.replace(", ", ",")

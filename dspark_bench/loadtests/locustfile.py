@@ -20,6 +20,7 @@ from pathlib import Path
 import gevent
 import httpx
 from locust import events
+from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from dspark_bench.loadtests import ui_stats  # noqa: F401 - registers the web UI's JSON tab and its worker reports
@@ -51,7 +52,7 @@ def _add_arguments(parser) -> None:
 
 
 SINKS: dict[int, RecordSink] = {}  # per Environment: where this process's records go
-ENVIRONMENTS: dict[int, object] = {}  # per id: the Environments seen at init (spawning_complete names none)
+ENVIRONMENTS: dict[int, Environment] = {}  # per id: the Environments seen at init (spawning_complete names none)
 
 
 @events.init.add_listener
@@ -70,15 +71,14 @@ def _sink_from_cli(environment, **_kwargs) -> None:
 
         runner.register_message(PLAN_MESSAGE, take_plan)
         return
-    sink = RunFolderSink(Path(options.run_dir))
-    SINKS[id(environment)] = sink
+    folder = SINKS[id(environment)] = RunFolderSink(Path(options.run_dir))
     if isinstance(runner, MasterRunner):
 
         def receive(msg, **_kw) -> None:  # Locust passes the message as msg=
             record = RequestRecord.from_dict(msg.data)
             if not options.rate:  # a closed loop's level is the master's user count, not a worker's share
                 record.level = getattr(runner, "target_user_count", None) or runner.user_count or record.level
-            sink.write(record)
+            folder.write(record)
 
         runner.register_message(RECORD_MESSAGE, receive)
 

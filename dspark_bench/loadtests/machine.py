@@ -18,8 +18,8 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -63,21 +63,49 @@ def _virtualization(flags: set[str]) -> str | None:
     return "vm" if "hypervisor" in flags else None
 
 
-def machine_summary(machine: dict[str, Any]) -> str:
-    """One line for every figure: 'Intel(R) Xeon(R) Processor, 2 cores, AMX, AVX-512 BF16, VM (kvm), 23.5 GiB'."""
-    flags = set(machine.get("cpu_flags") or ())
-    amx = "AMX" if "amx_bf16" in flags else "no AMX" if "cpu_flags" in machine else "AMX not recorded"
-    parts = [str(machine.get("cpu")), f"{machine.get('cores')} cores", amx]
-    if "avx512_bf16" in flags:
-        parts.append("AVX-512 BF16")
-    if machine.get("virtualization"):
-        parts.append(f"VM ({machine['virtualization']})")
-    if machine.get("memory_gib"):
-        parts.append(f"{machine['memory_gib']} GiB")
-    return ", ".join(parts)
+@dataclass(frozen=True)
+class MachineFacts:
+    """What a run ran on. ``cpu_flags`` None: a run from before the speed flags were recorded."""
+
+    cpu: str | None = None
+    cores: int | None = None
+    cpu_flags: tuple[str, ...] | None = None  # of SPEED_FLAGS, those the CPU has
+    amx: bool | None = None
+    memory_gib: float | None = None
+    virtualization: str | None = None  # the hypervisor; None: bare metal (or not recorded)
+    gpu: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    git_commit: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        """One line for every figure: 'Intel(R) Xeon(R) Processor, 2 cores, AMX, AVX-512 BF16, VM (kvm), 23.5 GiB'."""
+        flags = set(self.cpu_flags or ())
+        amx = "AMX" if "amx_bf16" in flags else "no AMX" if self.cpu_flags is not None else "AMX not recorded"
+        parts = [str(self.cpu), f"{self.cores} cores", amx]
+        if "avx512_bf16" in flags:
+            parts.append("AVX-512 BF16")
+        if self.virtualization:
+            parts.append(f"VM ({self.virtualization})")
+        if self.memory_gib:
+            parts.append(f"{self.memory_gib} GiB")
+        return ", ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "summary": self.summary}  # the summary too, for readers of the file alone
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> MachineFacts:
+        known = {f.name for f in fields(cls)}
+        facts = {key: value for key, value in raw.items() if key in known}
+        if facts.get("cpu_flags") is not None:
+            facts["cpu_flags"] = tuple(facts["cpu_flags"])
+        return cls(**facts)
 
 
-def machine_facts() -> dict[str, Any]:
+def machine_facts() -> MachineFacts:
     info = _cpuinfo()
     flags = set(info.get("flags", "").split())
     cpu = info.get("model name") or platform.processor()
@@ -100,21 +128,19 @@ def machine_facts() -> dict[str, Any]:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    facts = {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "cpu_flags": [f for f in SPEED_FLAGS if f in flags],
-        "amx": "amx_bf16" in flags,
-        "memory_gib": _memory_gib(),
-        "virtualization": _virtualization(flags),
-        "gpu": gpu,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "git_commit": commit,
-        "versions": versions,
-    }
-    facts["summary"] = machine_summary(facts)
-    return facts
+    return MachineFacts(
+        cpu=cpu,
+        cores=os.cpu_count(),
+        cpu_flags=tuple(f for f in SPEED_FLAGS if f in flags),
+        amx="amx_bf16" in flags,
+        memory_gib=_memory_gib(),
+        virtualization=_virtualization(flags),
+        gpu=gpu,
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        git_commit=commit,
+        versions=versions,
+    )
 
 
 @dataclass(frozen=True)
@@ -200,7 +226,7 @@ def cpu_noise(before: CpuSnapshot | None, after: CpuSnapshot | None, cores: int 
     }
 
 
-def noise_problems(noise: dict[str, float]) -> list[str]:
+def noise_problems(noise: Mapping[str, float]) -> list[str]:
     """Why a level ran beside too much other work to be a measurement; [] when it did not."""
     problems = []
     if noise.get("other_cpu_share", 0.0) > NOISE_LIMIT:

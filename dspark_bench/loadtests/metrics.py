@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from dspark_bench.loadtests.machine import noise_problems
 from dspark_bench.loadtests.records import RequestRecord
 from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
 
@@ -181,6 +182,54 @@ def level_problems(
     return problems
 
 
+@dataclass(frozen=True)
+class LevelHealth:
+    """Whether a level measured the load it names, and what else ran beside it. ``valid`` None: the run
+    predates the check. Noise and client figures None: not measured (no /proc)."""
+
+    valid: bool | None = None
+    problems: tuple[str, ...] = ()
+    incomplete: bool = False  # the level stopped before its last request
+    prefix_cache_reset: bool | None = None  # every cache emptied at its start; None: not recorded
+    client_cpu_s_per_request: float | None = None  # the load generator's CPU seconds per request
+    client_cpu_share: float | None = None  # ... and the share of a core each of its senders used
+    other_cpu_s: float | None = None  # CPU seconds of everything but the server under test and the harness
+    other_cpu_share: float | None = None  # ... as a share of the machine's CPU time
+    idle_servers_cpu_share: float | None = None  # of which the other arms' idle servers
+    steal_share: float | None = None  # CPU time the hypervisor stole
+
+
+def level_health(
+    level: float,
+    metrics: LevelMetrics,
+    client: Mapping[str, float | None],
+    noise: Mapping[str, float],
+    open_loop_rate: float | None,
+    incomplete: bool,
+    prefix_cache_reset: bool | None,
+) -> LevelHealth:
+    """A level's health from its metrics, its load generator's cost (``machine.client_load``) and the noise
+    beside it (``machine.cpu_noise``). Pure."""
+    client_share = client.get("client_cpu_share")
+    if open_loop_rate is not None:  # held to the rate its schedule really asked for
+        problems = level_problems(level, metrics.achieved_rate, client_share, metrics.scheduled_rate or open_loop_rate)
+    else:
+        problems = level_problems(level, metrics.achieved_concurrency, client_share)
+    problems += noise_problems(noise)  # a level measured beside other work measures that work too
+    return LevelHealth(
+        valid=not problems,
+        problems=tuple(problems),
+        incomplete=incomplete,
+        prefix_cache_reset=prefix_cache_reset,
+        client_cpu_s_per_request=client.get("client_cpu_s_per_request"),
+        client_cpu_share=client_share,
+        other_cpu_s=noise.get("other_cpu_s"),
+        other_cpu_share=noise.get("other_cpu_share"),
+        idle_servers_cpu_share=noise.get("idle_servers_cpu_share"),
+        steal_share=noise.get("steal_share"),
+    )
+
+
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 
@@ -189,9 +238,9 @@ def meets_slo(record: RequestRecord, slo: Mapping[str, float]) -> bool:
     if record.verdict != Verdict.VALID.value:
         return False
     ttft, e2e = record.ttft_s, record.e2e_s
-    tpot = (e2e - ttft) / (record.output_tokens - 1) if e2e is not None and ttft is not None and (record.output_tokens or 0) > 1 else 0.0
-    measured = {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e}
-    return all(measured[key] is not None and measured[key] * 1000.0 <= limit for key, limit in slo.items())
+    tpot = record.tpot_s
+    measured = {"ttft_ms": ttft, "tpot_ms": 0.0 if tpot is None else tpot, "e2e_ms": e2e}  # one token: no TPOT to miss
+    return all((value := measured[key]) is not None and value * 1000.0 <= limit for key, limit in slo.items())
 
 
 def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | None = None) -> LevelMetrics:
@@ -205,13 +254,13 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
     valid_tokens = sum(r.output_tokens or 0 for r in valid)
     e2e = [r.e2e_s for r in completed if r.e2e_s is not None]
     ttft = [r.ttft_s for r in completed if r.ttft_s is not None]
-    tpot = [
-        (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
+    tpot = [t for r in completed if (t := r.tpot_s) is not None]
+    streamed = [
+        (first, last)
         for r in completed
-        if r.e2e_s is not None and r.ttft_s is not None and (r.output_tokens or 0) > 1
+        if (last := r.e2e_s) and (first := r.ttft_s) is not None and (r.output_tokens or 0) > STALL_MIN_TOKENS
     ]
-    streamed = [r for r in completed if r.e2e_s and r.ttft_s is not None and (r.output_tokens or 0) > STALL_MIN_TOKENS]
-    stalled = [r for r in streamed if r.ttft_s >= STALL_SHARE * r.e2e_s]
+    stalled = [first for first, last in streamed if first >= STALL_SHARE * last]
     itl = [gap for r in completed for gap in (r.itl_ms or ())]
     good = [r for r in measured if meets_slo(r, slo or {})]
     accuracies = [r.field_accuracy for r in valid if r.field_accuracy is not None]

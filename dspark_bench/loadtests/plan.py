@@ -52,26 +52,35 @@ class Arrivals:
         return offsets
 
 
+WIRE = "wire"  # LevelPlan field metadata: the field travels to Locust workers in the plan message as it is
+WIRED = {WIRE: True}
+
+
 @dataclass
 class LevelPlan:
-    """The requests of one level for one arm: warm-up tickets first, then exactly ``count`` measured."""
+    """The requests of one level for one arm: warm-up tickets first, then exactly ``count`` measured.
 
-    arm: str
-    level: float  # users of a closed loop (0: the user count Locust reports, web UI runs), or the rate of an open one
+    Its fields are of three kinds. What the level asks (``WIRED``: sent to Locust workers as they are,
+    ``workers.plan_message``), with ``request`` and ``arrivals`` sent whole and ``samples`` rebuilt by each
+    worker from ``sample_source``; where this process's share comes from (``slots``, ``cycle``, ``sink``);
+    and the level's live state (``aborted``, ``records`` and the private counters)."""
+
+    arm: str = field(metadata=WIRED)
+    level: float = field(metadata=WIRED)  # users of a closed loop (0: the user count Locust reports, web UI runs), or the rate of an open one
     request: RequestSettings
     samples: list[Sample]  # cycled if shorter than warmup + count
     sink: RecordSink
-    count: int | None  # None: run until stopped (Locust UI)
-    warmup: int = 0
-    repeat: int = 0
+    count: int | None = field(metadata=WIRED)  # None: run until stopped (Locust UI)
+    warmup: int = field(default=0, metadata=WIRED)
+    repeat: int = field(default=0, metadata=WIRED)
     arrivals: Arrivals | None = None  # open loop: when each ticket is due; None: a closed loop
-    users: int | None = None  # open loop: users that send the due requests (the cap on requests in flight)
+    users: int | None = field(default=None, metadata=WIRED)  # open loop: users that send the due requests (the cap on requests in flight)
     # Locust workers share a level: each takes the tickets whose number modulo ``cycle`` is in its ``slots``,
     # so together they send the same requests, at the same due times, as one process would.
     slots: tuple[int, ...] = (0,)
     cycle: int = 1
     sample_source: tuple[str, int] | None = None  # (scenario, offset) the samples came from, for workers to rebuild
-    start_at: float | None = None  # open loop: when ticket 0 is due (workers share it); None: at the first ticket
+    start_at: float | None = field(default=None, metadata=WIRED)  # open loop: when ticket 0 is due (workers share it); None: at the first ticket
     aborted: str | None = None
     records: list[RequestRecord] = field(default_factory=list)  # this level's completed requests, in order
     _issued: int = 0

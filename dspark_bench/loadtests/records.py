@@ -57,9 +57,16 @@ class RequestRecord:
     def ttft_s(self) -> float | None:
         return None if self.t_first_token is None else self.t_first_token - self.t_send
 
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first; None without two tokens and both timings."""
+        e2e, ttft, tokens = self.e2e_s, self.ttft_s, self.output_tokens or 0
+        return (e2e - ttft) / (tokens - 1) if e2e is not None and ttft is not None and tokens > 1 else None
+
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> RequestRecord:
-        return cls(**{k: row.get(k) for k in cls.__dataclass_fields__})
+        values: dict[str, Any] = {k: row.get(k) for k in cls.__dataclass_fields__}
+        return cls(**values)
 
 
 class RecordSink(Protocol):

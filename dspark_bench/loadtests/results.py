@@ -1,27 +1,65 @@
-"""A run's results: the one writer (and reader) of ``results.json`` and ``levels.csv``.
+"""A run's results: the typed model of ``results.json``, its one writer and its one loader, and ``levels.csv``.
 
 ``results.json`` holds the config, the machine, each arm's exact argv and environment, and one entry
-per (arm, scenario, level, repeat) with its metrics (``metrics.LevelMetrics``) and server counter
-deltas. It is rewritten after every level, ``"complete": false`` with the error if the run stopped
-early. ``levels.csv`` is the same levels as one row each (``levels_frame``).
+per (arm, scenario, level, repeat): its metrics (``metrics.LevelMetrics``), its health
+(``metrics.LevelHealth``: did it hold its load, what ran beside it) and its server counter deltas. It
+is rewritten after every level, ``"complete": false`` with the error if the run stopped early.
+``levels.csv`` is the same levels as one row each (``levels_frame``).
+
+The file carries ``schema`` (``RESULTS_SCHEMA``). Schema 1, the files without it, kept a level's health
+inside its metrics (``level_valid``, ``level_problems``, ``incomplete``, ...); the loader reads both.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from dspark_bench.loadtests.config import RunConfig
+from dspark_bench.loadtests.arms import Arm
+from dspark_bench.loadtests.config import RunConfig, settings
 from dspark_bench.loadtests.deploy.base import Endpoint
-from dspark_bench.loadtests.machine import machine_facts
-from dspark_bench.loadtests.metrics import level_metrics
+from dspark_bench.loadtests.machine import MachineFacts, machine_facts
+from dspark_bench.loadtests.metrics import LevelHealth, LevelMetrics, level_metrics
 from dspark_bench.loadtests.records import read_records
+from dspark_bench.scenarios import Mode
+
+RESULTS_SCHEMA = 2
+
+
+class ResultsError(ValueError):
+    """A results.json that cannot be read as a run's results; the message names the file and why."""
+
+
+@dataclass(frozen=True)
+class ArmFacts:
+    """How an arm ran: where, which model, the exact argv and environment, its log, its JSON mode."""
+
+    base_url: str
+    model: str
+    argv: list[str] = field(default_factory=list)  # empty: a server this run did not start (--url)
+    env: dict[str, str] = field(default_factory=dict)
+    log: str | None = None
+    mode: str = ""
+    description: str = ""
+
+
+def arm_facts(config: RunConfig, endpoint: Endpoint) -> ArmFacts:
+    arm = config.arm(endpoint.arm)
+    return ArmFacts(
+        base_url=endpoint.base_url,
+        model=endpoint.model,
+        argv=endpoint.argv,
+        env=dict(endpoint.env or {}),
+        log=str(endpoint.log_path) if endpoint.log_path else None,
+        mode=config.arm_mode(arm).value,
+        description=arm.description,
+    )
 
 
 @dataclass
@@ -29,49 +67,41 @@ class LevelResult:
     arm: str
     scenario: str
     mode: str
-    level: int
+    level: float  # users of a closed loop, requests per second of an open one
     repeat: int
-    metrics: dict[str, Any]
-    server: dict[str, float] = field(default_factory=dict)
+    metrics: LevelMetrics
+    health: LevelHealth = field(default_factory=LevelHealth)
+    server: dict[str, float] = field(default_factory=dict)  # server counter deltas over the level
 
-
-def arm_facts(config: RunConfig, endpoint: Endpoint) -> dict[str, Any]:
-    """How an arm ran: where, which model, the exact argv and environment, its log, its JSON mode."""
-    arm = config.arm(endpoint.arm)
-    return {
-        "base_url": endpoint.base_url,
-        "model": endpoint.model,
-        "argv": endpoint.argv,
-        "env": endpoint.env,
-        "log": str(endpoint.log_path) if endpoint.log_path else None,
-        "mode": config.arm_mode(arm).value,
-        "description": arm.description,
-    }
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
 class RunResults:
     run_dir: Path
     config: RunConfig
-    arms: dict[str, dict[str, Any]] = field(default_factory=dict)  # arm -> arm_facts
+    arms: dict[str, ArmFacts] = field(default_factory=dict)
     levels: list[LevelResult] = field(default_factory=list)
     started: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    finished: str | None = None
     complete: bool = False
     error: str | None = None
     source: str | None = None  # how the levels were formed, when not by a sweep
-    server_pgids: dict[str, int] = field(default_factory=dict)  # arm -> its server's process group on this machine
+    machine: MachineFacts = field(default_factory=machine_facts)
+    server_pgids: dict[str, int] = field(default_factory=dict)  # arm -> its server's process group; not saved
 
     def as_dict(self) -> dict[str, Any]:
-        results = {
+        results: dict[str, Any] = {
+            "schema": RESULTS_SCHEMA,
             "complete": self.complete,
             "error": self.error,
             "started": self.started,
-            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+            "finished": self.finished,
             "config": asdict(self.config),
-            "machine": machine_facts(),
-            "arms": self.arms,
-            "skipped_arms": {},  # kept for readers of earlier results: every configured arm runs or the run fails
-            "levels": [asdict(level) for level in self.levels],
+            "machine": self.machine.as_dict(),
+            "arms": {name: asdict(facts) for name, facts in self.arms.items()},
+            "levels": [level.as_dict() for level in self.levels],
         }
         if self.source:
             results["source"] = self.source
@@ -79,17 +109,102 @@ class RunResults:
 
     def write(self) -> Path:
         """results.json (atomically) and levels.csv."""
+        self.finished = datetime.now(UTC).isoformat(timespec="seconds")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / "results.json"
         tmp = path.with_suffix(".tmp")
-        results = self.as_dict()
-        tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+        tmp.write_text(json.dumps(self.as_dict(), indent=1, ensure_ascii=False, default=str), encoding="utf-8")
         tmp.replace(path)
-        levels_frame(results).to_csv(self.run_dir / "levels.csv", index=False)
+        levels_frame(self).to_csv(self.run_dir / "levels.csv", index=False)
         return path
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], run_dir: Path | str = ".") -> RunResults:
+        """The typed results of a results.json's data, any schema up to ``RESULTS_SCHEMA``."""
+        schema = raw.get("schema", 1)
+        if not isinstance(schema, int) or schema > RESULTS_SCHEMA:
+            raise ResultsError(f"schema {schema!r} is newer than this dspark-bench reads ({RESULTS_SCHEMA}); upgrade it")
+        if not isinstance(raw.get("levels"), list):
+            raise ResultsError("no list of levels: not the results of a 'bench' or 'ui' run")
+        return cls(
+            run_dir=Path(run_dir),
+            config=saved_config(raw.get("config") or {}),
+            arms={name: _known(ArmFacts, facts) for name, facts in (raw.get("arms") or {}).items()},
+            levels=[_level(row, schema) for row in raw["levels"]],
+            started=str(raw.get("started", "")),
+            finished=raw.get("finished"),
+            complete=bool(raw.get("complete")),
+            error=raw.get("error"),
+            source=raw.get("source"),
+            machine=MachineFacts.from_dict(raw.get("machine") or {}),
+        )
 
-def results_from_records(run_dir: Path, config: RunConfig, arms: dict[str, dict[str, Any]]) -> RunResults:
+
+def _known(cls: type, raw: dict[str, Any]) -> Any:
+    """``cls`` from the keys of ``raw`` it declares (keys a later or earlier version wrote are left out)."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{key: value for key, value in raw.items() if key in names})
+
+
+# Schema 1 kept a level's health inside its metrics, under these names.
+_V1_HEALTH = {
+    "level_valid": "valid",
+    "level_problems": "problems",
+    "incomplete": "incomplete",
+    "prefix_cache_reset": "prefix_cache_reset",
+    "client_cpu_s_per_request": "client_cpu_s_per_request",
+    "client_cpu_share": "client_cpu_share",
+    "other_cpu_s": "other_cpu_s",
+    "other_cpu_share": "other_cpu_share",
+    "idle_servers_cpu_share": "idle_servers_cpu_share",
+    "steal_share": "steal_share",
+}
+
+
+def _level(row: dict[str, Any], schema: int) -> LevelResult:
+    metrics = dict(row["metrics"])
+    if schema == 1:
+        health = {new: metrics.pop(old) for old, new in _V1_HEALTH.items() if old in metrics}
+        health["problems"] = [p for p in str(health.get("problems") or "").split("; ") if p]
+    else:
+        health = dict(row.get("health") or {})
+    health["problems"] = tuple(health.get("problems") or ())
+    try:
+        return LevelResult(
+            arm=str(row["arm"]),
+            scenario=str(row["scenario"]),
+            mode=str(row.get("mode", "")),
+            level=row["level"] if isinstance(row["level"], int | float) else float(row["level"]),
+            repeat=int(row.get("repeat", 0)),
+            metrics=_known(LevelMetrics, metrics),
+            health=_known(LevelHealth, health),
+            server={str(k): float(v) for k, v in (row.get("server") or {}).items()},
+        )
+    except (KeyError, TypeError) as exc:
+        raise ResultsError(f"a level of arm {row.get('arm')!r} lacks {exc}") from None
+
+
+def saved_config(raw: dict[str, Any]) -> RunConfig:
+    """The config a run recorded, typed as written (not re-checked: its model folder may be gone). Settings
+    a later version retired are left out; those it added take their defaults."""
+    values: dict[str, Any] = {}
+    for name, spec in settings().items():
+        if name not in raw:
+            continue
+        value = raw[name]
+        if spec.is_list and isinstance(value, list):
+            value = tuple(value)
+        values[name] = value
+    if "mode" in values:
+        values["mode"] = Mode(values["mode"])
+    values["custom_arms"] = tuple(
+        Arm(**{**arm, "server_args": tuple(arm.get("server_args") or ()), "mode": Mode(arm["mode"]) if arm.get("mode") else None})
+        for arm in values.get("custom_arms", ())
+    )
+    return RunConfig(**values)
+
+
+def results_from_records(run_dir: Path, config: RunConfig, arms: dict[str, ArmFacts]) -> RunResults:
     """Results of a Locust-driven run (web UI, master/worker): one level per (arm, scenario, mode, user
     count) seen in the run folder's records."""
     groups = defaultdict(list)
@@ -104,28 +219,46 @@ def results_from_records(run_dir: Path, config: RunConfig, arms: dict[str, dict[
         source="Locust web UI run (levels are the user counts each answer was recorded at)",
     )
     results.levels = [
-        LevelResult(arm, scenario, mode, level, 0, level_metrics(rows, config.slo).as_dict())
+        LevelResult(arm, scenario, mode, level, 0, level_metrics(rows, config.slo))
         for (arm, scenario, mode, level), rows in sorted(groups.items())
     ]
     return results
 
 
-def load_results(run_dir: str | Path) -> dict[str, Any]:
-    """A saved run's results.json (given its folder or the file)."""
+def load_results(run_dir: str | Path) -> RunResults:
+    """A saved run's typed results (given its folder or its results.json); ResultsError naming the file."""
     path = Path(run_dir)
     path = path / "results.json" if path.is_dir() else path
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{path}: cannot read it ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ResultsError(f"{path}: not a JSON object")
+    try:
+        return RunResults.from_dict(raw, path.parent)
+    except ResultsError as exc:
+        raise ResultsError(f"{path}: {exc}") from None
 
 
-def levels_frame(results: dict[str, Any]) -> pd.DataFrame:
-    """One row per (arm, scenario, mode, level, repeat): its metrics, then its server counters as ``server:<name>``."""
+HEALTH_COLUMNS = tuple(f.name for f in fields(LevelHealth))  # levels_frame's columns for a level's health
+
+
+def levels_frame(results: RunResults) -> pd.DataFrame:
+    """One row per (arm, scenario, mode, level, repeat): its metrics, its health (``HEALTH_COLUMNS``; problems
+    joined by '; '), then its server counters as ``server:<name>``. Every column is there for every run."""
     rows = []
-    for level in results.get("levels", []):
-        row = {k: level[k] for k in ("arm", "scenario", "mode", "level", "repeat")}
-        row.update(level["metrics"])
-        row.update({f"server:{k}": v for k, v in (level.get("server") or {}).items()})
+    for level in results.levels:
+        row: dict[str, Any] = {"arm": level.arm, "scenario": level.scenario, "mode": level.mode, "level": level.level}
+        row["repeat"] = level.repeat
+        row.update(asdict(level.metrics))
+        row.update(asdict(level.health))
+        row["problems"] = "; ".join(level.health.problems)
+        row.update({f"server:{k}": v for k, v in level.server.items()})
         rows.append(row)
-    return pd.DataFrame(rows)
+    columns = ["arm", "scenario", "mode", "level", "repeat", *(f.name for f in fields(LevelMetrics)), *HEALTH_COLUMNS]
+    frame = pd.DataFrame(rows, columns=list(dict.fromkeys([*columns, *(k for row in rows for k in row)])))
+    return frame
 
 
 def by_repeat(rows: pd.DataFrame, column: str) -> dict[int, float]:

@@ -20,8 +20,8 @@ from locust.env import Environment
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs
-from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, listening_pgid, noise_problems
-from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_metrics, level_problems
+from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, listening_pgid
+from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_health, level_metrics
 from dspark_bench.loadtests.openai_api import chat_body
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
 from dspark_bench.loadtests.records import DiscardingSink, RunFolderSink
@@ -129,36 +129,26 @@ def _measure_level(
         run_level(endpoint, plan, config.level_timeout_s, pool=pool)
     finally:
         after = cpu_snapshot(mine, harness, idle)
-        result = LevelResult(
-            plan.arm,
-            scenario,
-            plan.request.mode.value,
-            plan.level,
-            plan.repeat,
-            level_metrics(plan.records, config.slo).as_dict(),
-            delta(before, scrape(endpoint.base_url, endpoint.headers())),
-        )
-        metrics = result.metrics
-        metrics["incomplete"] = plan.aborted is not None or not plan.finished()
-        metrics["prefix_cache_reset"] = cache_reset  # the level started with an empty prefix cache
+        metrics = level_metrics(plan.records, config.slo)
         # the load generator's own cost (this process and its workers): CPU seconds per request, and the
         # share of a core each of its load-sending processes used
-        metrics.update(client_load(snapshot, after, plan.completed, senders=pool.count if pool else 1))
-        noise = cpu_noise(snapshot, after)
-        metrics.update(noise)
-        if plan.arrivals is not None:
-            target = metrics["scheduled_rate"] or plan.arrivals.rate
-            problems = level_problems(plan.level, metrics["achieved_rate"], metrics["client_cpu_share"], target)
-        else:
-            problems = level_problems(plan.level, metrics["achieved_concurrency"], metrics["client_cpu_share"])
-        problems += noise_problems(noise)  # a level measured beside other work measures that work too
-        metrics["level_valid"] = not problems
-        metrics["level_problems"] = "; ".join(problems)
-        if problems:
-            print(f"  warning: level {_label(plan)} of arm '{plan.arm}' is not a valid measurement: {metrics['level_problems']}", flush=True)
-        if result.metrics["stalled_stream_rate"] > STALLED_WARNING:
+        client = client_load(snapshot, after, plan.completed, senders=pool.count if pool else 1)
+        health = level_health(
+            plan.level,
+            metrics,
+            client,
+            cpu_noise(snapshot, after),
+            plan.arrivals.rate if plan.arrivals is not None else None,
+            incomplete=plan.aborted is not None or not plan.finished(),
+            prefix_cache_reset=cache_reset,
+        )
+        server = delta(before, scrape(endpoint.base_url, endpoint.headers()))
+        result = LevelResult(plan.arm, scenario, plan.request.mode.value, plan.level, plan.repeat, metrics, health, server)
+        if health.problems:
+            print(f"  warning: level {_label(plan)} of arm '{plan.arm}' is not a valid measurement: {'; '.join(health.problems)}", flush=True)
+        if metrics.stalled_stream_rate > STALLED_WARNING:
             print(
-                f"  warning: {result.metrics['stalled_stream_rate']:.0%} of the answers arrived in one piece "
+                f"  warning: {metrics.stalled_stream_rate:.0%} of the answers arrived in one piece "
                 f"(first content after {STALL_SHARE:.0%} of the latency): this server held its answers, or the "
                 "client stalled; if the other arms stream cleanly at this level, it is the server's own",
                 flush=True,

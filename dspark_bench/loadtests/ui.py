@@ -1,11 +1,11 @@
-"""``python -m loadtests ui`` (``make ui``): one arm under Locust's own web UI.
+"""``dspark-bench ui`` (``make ui``): one arm under Locust's own web UI.
 
 Deploys the arm (or uses ``--url``), starts Locust's web UI on localhost with our locustfile (users
 and spawn rate are set in the browser), and, when the UI is closed with Ctrl-C, stops the server and
 turns the records into the same results.json and HTML report as a sweep. ``--workers N`` runs Locust's
 master with N local worker processes (``--processes``); every worker's records reach the master's run
 folder. Across machines, start workers yourself with
-``locust -f loadtests/locustfile.py --worker --master-host HOST`` (see docs/distributed.md).
+``locust -f dspark_bench/loadtests/locustfile.py --worker --master-host HOST`` (see docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.loadtests.config import RunConfig
+from dspark_bench.loadtests.config import ConfigError, RunConfig, settings
 from dspark_bench.loadtests.deploy.local import die_with_parent
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs
 from dspark_bench.loadtests.openai_api import locust_argv
@@ -28,33 +28,49 @@ LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 API_KEY_ENV = "DSPARK_BENCH_API_KEY"  # how the arm's API key (URL or GPUStack arms) reaches Locust's processes
 
 
-def locust_command(
-    config: RunConfig,
-    arm: str,
-    base_url: str,
-    model: str,
-    run_dir: Path,
-    web_port: int,
-    workers: int,
-    rate: float = 0.0,
-    arrival: str = "poisson",
-) -> list[str]:
+def ui_problem(config: RunConfig) -> str | None:
+    """Why ``config`` cannot drive one web-UI session, or None."""
+    if len(config.scenarios) > 1:
+        return f"setting 'scenarios': the web UI serves one scenario, not {len(config.scenarios)}; fix: give --scenario NAME"
+    if len(config.rates) > 1:
+        return f"setting 'rates': the web UI sends at one rate, not {len(config.rates)}; fix: give --rate R (or none: closed loop)"
+    return None
+
+
+def ignored_by_ui(config: RunConfig) -> list[str]:
+    """The settings ``config`` gives that mean nothing under the web UI (users and spawn rate are set in the
+    browser); ``arms`` is ``--arm``'s."""
+    defaults = RunConfig()
+    return [
+        name
+        for name, spec in settings().items()
+        if not spec.ui and name != "arms" and getattr(config, name) != getattr(defaults, name)
+    ]
+
+
+def locust_command(config: RunConfig, arm: str, base_url: str, model: str, run_dir: Path, web_port: int) -> list[str]:
+    """Locust's command line for one web-UI session on ``arm``: every setting of ``config`` the UI honours."""
     scenario = config.scenarios[0]
     request = config.request_settings(arm, model, {})  # the key travels in API_KEY_ENV, never on a command line
+    rate = config.rates[0] if config.rates else 0.0
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", base_url, "--web-host", "127.0.0.1"]
     command += ["--web-port", str(web_port), "--scenario", scenario, "--mode", request.mode.value, "--arm", arm]
     command += ["--served-model", request.model, *locust_argv(request), "--run-dir", str(run_dir)]
-    command += ["--api-key-env", API_KEY_ENV, "--rate", str(rate), "--arrival", arrival]
-    if workers > 0:
-        command += ["--processes", str(workers)]
+    command += ["--api-key-env", API_KEY_ENV, "--rate", str(rate), "--arrival", config.arrival]
+    if config.workers > 0:
+        command += ["--processes", str(config.workers)]
     return command
 
 
-def run_ui(
-    config: RunConfig, arm: str, web_port: int = 8089, workers: int = 0, rate: float = 0.0, arrival: str = "poisson"
-) -> tuple[int, Path, dict[str, Any]]:
+def ui_run_dir(config: RunConfig) -> Path:
+    return Path(config.output_dir) / (config.run_name or datetime.now().strftime("ui-%Y%m%d-%H%M%S"))
+
+
+def run_ui(config: RunConfig, arm: str, web_port: int = 8089) -> tuple[int, Path, dict[str, Any]]:
     """Serve ``arm`` and run Locust's web UI until it exits; (Locust's exit status, run folder, arm facts)."""
-    run_dir = Path(config.output_dir) / (config.run_name or datetime.now().strftime("ui-%Y%m%d-%H%M%S"))
+    if problem := ui_problem(config):
+        raise ConfigError(problem)
+    run_dir = ui_run_dir(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     arms: dict[str, Any] = {}
     status = 0
@@ -63,7 +79,7 @@ def run_ui(
         print(f"starting arm {arm} ...", flush=True)
         endpoint = deployer.start_many(server_specs(config, [arm]))[0]
         arms[arm] = arm_facts(config, endpoint)
-        command = locust_command(config, arm, endpoint.base_url, endpoint.model, run_dir, web_port, workers, rate, arrival)
+        command = locust_command(config, arm, endpoint.base_url, endpoint.model, run_dir, web_port)
         print(f"Locust web UI: http://127.0.0.1:{web_port}  (the JSON tab has our figures; Ctrl-C here to finish)", flush=True)
         # the key travels in the environment, never on a command line
         process = subprocess.Popen(

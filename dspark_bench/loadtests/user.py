@@ -67,7 +67,7 @@ class ChatCompletionsUser(User):
             return  # the task stops this user (StopUser here would be logged as a crash)
         # geventhttpclient (the client behind Locust's FastHttpUser) parses HTTP in C: at 64 streams on a
         # small machine a pure-Python client takes CPU from the server under test and reads chunks late.
-        self.http = HTTPClient.from_url(URL(self.host), concurrency=1, network_timeout=plan.request.timeout_s, connection_timeout=10.0)
+        self.http = HTTPClient.from_url(URL(self.host or ""), concurrency=1, network_timeout=plan.request.timeout_s, connection_timeout=10.0)
         self._stamp_connections()
 
     def _stamp_connections(self) -> None:
@@ -99,15 +99,14 @@ class ChatCompletionsUser(User):
         never the bottleneck. Locust still stops the user by killing its greenlet; under a graceful stop
         (Locust's ``--stop-timeout``) the user finishes the request in flight and sends no other, as a
         TaskSet would end its task."""
-        while self.plan is not None and self._state != LOCUST_STATE_STOPPING and (ticket := self.plan.next_ticket()) is not None:
-            if (due := self.plan.due(ticket[2])) is not None:  # open loop: wait for the request's arrival time
+        while (plan := self.plan) is not None and self._state != LOCUST_STATE_STOPPING and (ticket := plan.next_ticket()) is not None:
+            if (due := plan.due(ticket[2])) is not None:  # open loop: wait for the request's arrival time
                 gevent.sleep(max(0.0, due - time.time()))
-            self.chat(*ticket)
+            self.chat(plan, *ticket)
         raise StopUser()
 
-    def chat(self, sample: Sample, warmup: bool, index: int) -> None:
-        """One request: send, stream, validate, record, report to Locust."""
-        plan: LevelPlan = self.plan
+    def chat(self, plan: LevelPlan, sample: Sample, warmup: bool, index: int) -> None:
+        """One request of ``plan``: send, stream, validate, record, report to Locust."""
         level = plan.level or (self.environment.runner.user_count if self.environment.runner else 1)
         scheduled = plan.due(index)
         request = plan.request

@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from locust.env import Environment
 
 from dspark_bench.loadtests.deploy.local import die_with_parent, free_port
 from dspark_bench.loadtests.openai_api import RequestSettings
-from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
+from dspark_bench.loadtests.plan import WIRE, Arrivals, LevelPlan, PlanSlot, level_samples
 from dspark_bench.loadtests.records import RECORD_MESSAGE, RecordSink, RequestRecord
 from dspark_bench.loadtests.user import ChatCompletionsUser
 from dspark_bench.scenarios import load_scenario
@@ -41,47 +42,35 @@ def ticket_slots(users: list[int]) -> list[tuple[int, ...]]:
 
 
 def plan_message(plan: LevelPlan, slots: tuple[int, ...], cycle: int) -> dict[str, Any]:
-    """What a worker needs to rebuild ``plan`` and take its own tickets (``plan.sample_source`` must be set)."""
+    """What a worker needs to rebuild ``plan`` and take its own tickets (``plan.sample_source`` must be set):
+    the plan's ``WIRE`` fields as they are, its request settings and arrivals whole, where its samples come
+    from, and this worker's slots."""
     assert plan.sample_source is not None, "a plan sent to workers names where its samples come from"
     scenario, offset = plan.sample_source
-    arrivals = plan.arrivals
     return {
-        "arm": plan.arm,
-        "level": plan.level,
+        **{f.name: getattr(plan, f.name) for f in fields(LevelPlan) if f.metadata.get(WIRE)},
         "request": plan.request.as_message(),
-        "scenario": scenario,
-        "sample_offset": offset,
+        "arrivals": None if plan.arrivals is None else asdict(plan.arrivals),
+        "sample_source": [scenario, offset],
         "sample_count": len(plan.samples),
-        "count": plan.count,
-        "warmup": plan.warmup,
-        "repeat": plan.repeat,
-        "arrivals": None if arrivals is None else {"rate": arrivals.rate, "poisson": arrivals.poisson, "seed": arrivals.seed},
-        "users": plan.users,
         "slots": list(slots),
         "cycle": cycle,
-        "start_at": plan.start_at,
     }
 
 
 def plan_from_message(data: dict[str, Any], sink: RecordSink) -> LevelPlan:
     """The worker's part of a level, its records going to ``sink`` (the master, through Locust)."""
-    scenario = load_scenario(data["scenario"])
+    scenario, offset = data["sample_source"]
     arrivals = data["arrivals"]
     return LevelPlan(
-        arm=data["arm"],
-        level=data["level"],
+        **{f.name: data[f.name] for f in fields(LevelPlan) if f.metadata.get(WIRE)},
         request=RequestSettings.from_message(data["request"]),
-        samples=level_samples(scenario, (data["sample_offset"], data["sample_count"])),
+        samples=level_samples(load_scenario(scenario), (offset, data["sample_count"])),
         sink=sink,
-        count=data["count"],
-        warmup=data["warmup"],
-        repeat=data["repeat"],
         arrivals=None if arrivals is None else Arrivals(**arrivals),
-        users=data["users"],
         slots=tuple(data["slots"]),
         cycle=data["cycle"],
-        start_at=data["start_at"],
-        sample_source=(data["scenario"], data["sample_offset"]),
+        sample_source=(scenario, offset),
     )
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dspark_bench.loadtests.metrics import closed_loop_tok_s, percentile_ms, percentile_ms_rows
 from dspark_bench.loadtests.records import read_records
+from dspark_bench.loadtests.results import RunResults
 from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
 from dspark_bench.reports.intervals import paired_ratio
 
@@ -115,7 +115,7 @@ def _total_latency(df: pd.DataFrame, index: np.ndarray) -> np.ndarray:
 
 
 def article_table(
-    records: pd.DataFrame, results: dict[str, Any], scenario: str, base: str = "baseline", treat: str = "dspark", seed: int = 0
+    records: pd.DataFrame, results: RunResults, scenario: str, base: str = "baseline", treat: str = "dspark", seed: int = 0
 ) -> pd.DataFrame:
     """The article's rows for ``treat`` against ``base`` in one scenario; empty when either arm is missing."""
     if records.empty:
@@ -129,11 +129,7 @@ def article_table(
         return pd.DataFrame()
     # wall time per (arm, level, repeat): each repeat's tokens over its own wall time, then the median
     # over repeats, as the summary takes it
-    walls = {
-        (row["arm"], row["level"], row.get("repeat", 0)): row["metrics"]["wall_s"]
-        for row in results.get("levels", [])
-        if row["scenario"] == scenario
-    }
+    walls = {(row.arm, row.level, row.repeat): row.metrics.wall_s for row in results.levels if row.scenario == scenario}
 
     def per_repeat(part: pd.DataFrame, arm: str, level: int, value) -> dict[int, float] | None:
         found = {}
@@ -151,8 +147,11 @@ def article_table(
     rows = []
 
     def add(
-        metric: str, a_value: float, b_value: float, ci: tuple[float, float] | None, kind: str, ratio: float | None = None
+        metric: str, a_value: float | None, b_value: float | None, ci: tuple[float, float] | None, kind: str, ratio: float | None = None
     ) -> None:
+        """One row; a value None (no answer to measure) shows as NaN, its ratio too."""
+        a_value = float("nan") if a_value is None else a_value
+        b_value = float("nan") if b_value is None else b_value
         if ratio is None:
             ratio = b_value / a_value if a_value else float("nan")
         if kind == "x":
@@ -173,7 +172,7 @@ def article_table(
         if (paired := paired_ratio(*measured)) is not None and paired.interval is not None:
             add(f"effective JSON throughput (tok/s), concurrency {level}", eff_a, eff_b, paired.interval, "x", ratio=paired.ratio)
             continue
-        ci = bootstrap_ratio(a, b, _eff(level), rng, point=eff_b / eff_a if eff_a else None)
+        ci = bootstrap_ratio(a, b, _eff(level), rng, point=eff_b / eff_a if eff_a and eff_b is not None else None)
         add(f"effective JSON throughput (tok/s), concurrency {level}", eff_a, eff_b, ci, "x")
     a, b = (arms[arm][arms[arm]["level"] == levels[0]] for arm in (base, treat))
     p95s = [per_repeat(part, arm, levels[0], lambda g, _wall: percentile_ms(g["latency_s"].tolist(), 95)) for part, arm in ((a, base), (b, treat))]

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import REFERENCE_ARM
-from dspark_bench.loadtests.results import by_repeat, levels_frame
+from dspark_bench.loadtests.machine import MachineFacts
+from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame
 from dspark_bench.reports.intervals import paired_ratio
 
 MAX_NOISE_MARGIN = 0.25  # however noisy the run, a limit never moves by more than this
@@ -44,10 +43,10 @@ KNOWN_KEYS = {
 CPU_CLASSES = ("amx", "avx512", "avx2", "other")
 
 
-def cpu_class(machine: dict[str, Any] | None) -> str:
+def cpu_class(machine: MachineFacts) -> str:
     """The class of CPU a run's machine record says it ran on: what decides how cheap verification is."""
-    flags = set((machine or {}).get("cpu_flags") or ())
-    if (machine or {}).get("amx") or any(f.startswith("amx") for f in flags):
+    flags = set(machine.cpu_flags or ())
+    if machine.amx or any(f.startswith("amx") for f in flags):
         return "amx"
     if any(f.startswith("avx512") for f in flags):
         return "avx512"
@@ -122,7 +121,7 @@ def _arm_levels(raw: Any) -> dict[str, dict[int, float]]:
     return {str(arm): {int(level): float(v) for level, v in levels.items()} for arm, levels in (raw or {}).items()}
 
 
-def _by_arm_level(results: dict[str, Any]) -> dict[tuple[str, str, int], dict[str, Any]]:
+def _by_arm_level(results: RunResults) -> dict[tuple[str, str, int], dict[str, Any]]:
     """Per (scenario, arm, level): effective tok/s and P95 by repeat, their median, the relative spread of
     effective tok/s over repeats, the worst not-valid rate, and how cleanly the level was measured."""
     df = levels_frame(results)
@@ -134,7 +133,7 @@ def _by_arm_level(results: dict[str, Any]) -> dict[tuple[str, str, int], dict[st
         median = float(eff.median())
         spread = float((eff.max() - eff.min()) / median) if median and len(eff) > 1 else 0.0
         # every verdict but valid counts (http_error, timeout, truncated as much as invalid JSON)
-        not_valid = 1.0 - rows["valid_rate"] if "valid_rate" in rows else rows["invalid_json_rate"]
+        not_valid = 1.0 - rows["valid_rate"]
         out[(str(scenario), str(arm), int(level))] = {
             "eff": median,
             "eff_by_repeat": by_repeat(rows, "effective_tok_s"),
@@ -142,9 +141,9 @@ def _by_arm_level(results: dict[str, Any]) -> dict[tuple[str, str, int], dict[st
             "invalid": float(not_valid.max()),
             "p95": float(rows["latency_p95_ms"].median()),
             "p95_by_repeat": by_repeat(rows, "latency_p95_ms"),
-            "problems": "; ".join(sorted({str(p) for p in rows.get("level_problems", pd.Series(dtype=str)).dropna() if p})),
-            "stalled": float(rows["stalled_stream_rate"].max()) if "stalled_stream_rate" in rows else 0.0,
-            "incomplete": bool(rows["incomplete"].fillna(False).astype(bool).any()) if "incomplete" in rows else False,
+            "problems": "; ".join(sorted({p for p in rows["problems"] if p})),
+            "stalled": float(rows["stalled_stream_rate"].max()),
+            "incomplete": bool(rows["incomplete"].any()),
             "acceptance": _acceptance_length(results, str(arm), int(level)),
         }
     return out
@@ -156,18 +155,17 @@ def _margin(thresholds: Thresholds, reference_arm: dict[str, Any] | None) -> flo
     return min(MAX_NOISE_MARGIN, max(thresholds.noise_margin, spread))
 
 
-def _acceptance_length(results: dict[str, Any], arm: str, level: int) -> float:
+def _acceptance_length(results: RunResults, arm: str, level: int) -> float:
     """Mean acceptance length over a level's repeats, from vLLM's counters (1.0: nothing drafted or landed)."""
     drafts = accepted = 0.0
-    for row in results.get("levels", []):
-        if row.get("arm") == arm and int(row.get("level", -1)) == level:
-            server = row.get("server") or {}
-            drafts += float(server.get("vllm:spec_decode_num_drafts", 0.0))
-            accepted += float(server.get("vllm:spec_decode_num_accepted_tokens", 0.0))
+    for row in results.levels:
+        if row.arm == arm and int(row.level) == level:
+            drafts += row.server.get("vllm:spec_decode_num_drafts", 0.0)
+            accepted += row.server.get("vllm:spec_decode_num_accepted_tokens", 0.0)
     return 1.0 + accepted / drafts if drafts else 1.0
 
 
-def _measured_cleanly(results: dict[str, Any], stats) -> list[Check]:
+def _measured_cleanly(results: RunResults, stats) -> list[Check]:
     """A gate reads only runs that finished and levels that held their load and streamed.
 
     Streams read in one piece fail a level when the client could not stream at that level: when no arm
@@ -175,8 +173,8 @@ def _measured_cleanly(results: dict[str, Any], stats) -> list[Check]:
     same load, the stall is that server's own (stock vLLM on two cores can hold its whole answer,
     response headers included, at one user) and stays a reported property of that arm, not a fault of
     the measurement."""
-    complete = bool(results.get("complete"))
-    checks = [Check("run complete", "all", None, float(complete), 1.0, complete, "" if complete else str(results.get("error")))]
+    complete = results.complete
+    checks = [Check("run complete", "all", None, float(complete), 1.0, complete, "" if complete else str(results.error))]
     cleanest: dict[tuple[str, int], float] = {}
     for (scenario, _arm, level), row in stats.items():
         cleanest[(scenario, level)] = min(cleanest.get((scenario, level), 1.0), row["stalled"])
@@ -191,18 +189,18 @@ def _measured_cleanly(results: dict[str, Any], stats) -> list[Check]:
     return checks
 
 
-def evaluate(results: dict[str, Any], thresholds: Thresholds, reference: dict[str, Any] | None = None) -> list[Check]:
+def evaluate(results: RunResults, thresholds: Thresholds, reference: RunResults | None = None) -> list[Check]:
     """Every check the thresholds ask for, in every scenario of the run; a level missing from the run
     fails its check."""
     stats = _by_arm_level(results)
     checks: list[Check] = _measured_cleanly(results, stats)
-    machine_class = cpu_class(results.get("machine"))
+    machine_class = cpu_class(results.machine)
     min_speedup = thresholds.by_cpu.get(machine_class, thresholds.min_speedup)
     scenarios = sorted({scenario for scenario, _arm, _level in stats}) or [""]
     for scenario in scenarios:
         checks += _scenario_checks(scenario, stats, thresholds, min_speedup, machine_class)
     if thresholds.max_p95_regression is not None and reference is not None:
-        if (ref_class := cpu_class(reference.get("machine"))) != machine_class:
+        if (ref_class := cpu_class(reference.machine)) != machine_class:
             why = f"reference recorded on a CPU of class {ref_class}, this run on {machine_class}: P95 not compared"
             checks.append(Check("P95 vs reference", "all", None, float("nan"), float("nan"), True, why))
             return checks
@@ -231,9 +229,9 @@ def _scenario_checks(
             why = f"limit for CPU class {machine_class}"
             checks.append(Check(name, arm, level, paired.ratio, limit, paired.ratio >= limit, why, scenario))
     for arm, maximum in thresholds.max_invalid_rate.items():
-        levels = sorted(level for s, a, level in stats if s == scenario and a == arm)
-        worst = max((stats[(scenario, arm, level)]["invalid"] for level in levels), default=float("nan"))
-        checks.append(Check("not-valid rate", arm, None, worst, maximum, bool(levels) and worst <= maximum, "", scenario))
+        measured = sorted(level for s, a, level in stats if s == scenario and a == arm)
+        worst = max((stats[(scenario, arm, level)]["invalid"] for level in measured), default=float("nan"))
+        checks.append(Check("not-valid rate", arm, None, worst, maximum, bool(measured) and worst <= maximum, "", scenario))
     return checks
 
 

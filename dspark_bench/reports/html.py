@@ -6,7 +6,6 @@ import base64
 import html
 import io
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -16,8 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dspark_bench.loadtests.arms import REFERENCE_ARM  # noqa: E402
-from dspark_bench.loadtests.machine import machine_summary  # noqa: E402
-from dspark_bench.loadtests.results import levels_frame  # noqa: E402
+from dspark_bench.loadtests.results import RunResults, levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, interval_note, load_records, repeat_count  # noqa: E402
 from dspark_bench.reports.tables import SPEEDUP_COLUMN, summary_frame, tag_frame  # noqa: E402
 
@@ -189,24 +187,24 @@ def _timeline(all_records: pd.DataFrame, scenario: str) -> str:
     return _png(fig, f"{scenario}: requests in flight over time per level")
 
 
-def _machine_panel(results: dict[str, Any], detail: pd.DataFrame) -> list[str]:
+def _machine_panel(results: RunResults, detail: pd.DataFrame) -> list[str]:
     """What the numbers were measured on, and what else ran beside them, per level."""
     esc = html.escape
-    machine = results.get("machine", {})
+    machine = results.machine
     parts = [
         "<h2>Machine and noise</h2>",
-        f"<p>{esc(machine_summary(machine))}; CPU features {esc(', '.join(machine.get('cpu_flags') or []) or 'not recorded')}; "
-        f"GPU {esc(str(machine.get('gpu')))}; git {esc(str(machine.get('git_commit')))}.</p>",
+        f"<p>{esc(machine.summary)}; CPU features {esc(', '.join(machine.cpu_flags or ()) or 'not recorded')}; "
+        f"GPU {esc(str(machine.gpu))}; git {esc(str(machine.git_commit))}.</p>",
     ]
-    columns = [c for c in ("other_cpu_share", "steal_share", "client_cpu_share", "achieved_concurrency", "level_valid") if c in detail]
-    if columns:
+    columns = ["other_cpu_share", "steal_share", "client_cpu_share", "achieved_concurrency", "valid"]
+    if detail[columns[:3]].notna().any().any():  # runs from before the noise was measured have none
         noise = detail.groupby(["scenario", "level", "arm"])[columns].agg(
-            {c: ("all" if c == "level_valid" else "max") for c in columns}
+            {c: ((lambda v: not (v == False).any()) if c == "valid" else "max") for c in columns}  # noqa: E712
         )
         noise = noise.reset_index().rename(
             columns={"other_cpu_share": "other processes (max)", "steal_share": "steal (max)",
                      "client_cpu_share": "load generator CPU (max)", "achieved_concurrency": "achieved load (max)",
-                     "level_valid": "measured cleanly"}  # fmt: skip
+                     "valid": "measured cleanly"}  # fmt: skip
         )
         parts += [
             "<p>Per level, worst repeat: CPU share of processes other than the servers and the harness, hypervisor "
@@ -218,21 +216,21 @@ def _machine_panel(results: dict[str, Any], detail: pd.DataFrame) -> list[str]:
     return parts
 
 
-def _requests_per_level(results: dict[str, Any]) -> str:
+def _requests_per_level(results: RunResults) -> str:
     """The measured requests each level ran (closed loops are raised to a steady number of waves)."""
     counts: dict[float, int] = {}
-    for row in results.get("levels", []):
-        counts.setdefault(row["level"], int(row["metrics"].get("requests", 0)))
+    for row in results.levels:
+        counts.setdefault(row.level, row.metrics.requests)
     if not counts:
-        return f"{results.get('config', {}).get('requests_per_level')} requests per level"
+        return f"{results.config.requests_per_level} requests per level"
     if len(set(counts.values())) == 1:
         return f"{next(iter(counts.values()))} requests per level"
     return "requests per level " + ", ".join(f"{level:g}: {count}" for level, count in sorted(counts.items()))
 
 
-def _cache_state(results: dict[str, Any]) -> str:
+def _cache_state(results: RunResults) -> str:
     """Whether every level started with every arm's prefix cache empty (runs before the reset existed: unknown)."""
-    states = {row["arm"]: row["metrics"].get("prefix_cache_reset") for row in results.get("levels", [])}
+    states = {row.arm: row.health.prefix_cache_reset for row in results.levels}
     if not states or all(state is None for state in states.values()):
         return "prefix-cache state at each level's start not recorded"
     kept = sorted(arm for arm, state in states.items() if not state)
@@ -241,7 +239,7 @@ def _cache_state(results: dict[str, Any]) -> str:
     return f"prefix caches emptied before every level, except {', '.join(kept)} (no /reset_prefix_cache)"
 
 
-def _verdicts(results: dict[str, Any], records: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+def _verdicts(results: RunResults, records: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
     """One sentence per arm against the reference arm: its ratio (with the interval) at the lowest load,
     then where it stops gaining."""
     esc = html.escape
@@ -270,29 +268,24 @@ def _verdicts(results: dict[str, Any], records: pd.DataFrame, summary: pd.DataFr
     return [f"<h2>Verdict against {esc(REFERENCE_ARM)} (effective JSON throughput)</h2><ul class='verdict'>{''.join(lines)}</ul>"]
 
 
-def render_html(results: dict[str, Any], out_path: Path) -> Path:
+def render_html(results: RunResults, out_path: Path) -> Path:
     summary = summary_frame(results)
     esc = html.escape
-    status = (
-        '<span class="ok">complete</span>'
-        if results.get("complete")
-        else f'<span class="bad">INCOMPLETE: {esc(str(results.get("error")))}</span>'
-    )
-    config = results.get("config", {})
-    machine = results.get("machine", {})
+    status = '<span class="ok">complete</span>' if results.complete else f'<span class="bad">INCOMPLETE: {esc(str(results.error))}</span>'
+    config, machine = results.config, results.machine
     arms = "".join(
-        f"<li><b>{esc(name)}</b> ({esc(info.get('mode', ''))}): {esc(info.get('description', ''))}<br>"
-        f"<code>{esc(' '.join(info.get('argv') or [info.get('base_url', '')]))}</code></li>"
-        for name, info in results.get("arms", {}).items()
+        f"<li><b>{esc(name)}</b> ({esc(info.mode)}): {esc(info.description)}<br>"
+        f"<code>{esc(' '.join(info.argv or [info.base_url]))}</code></li>"
+        for name, info in results.arms.items()
     )
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>JSON benchmark {esc(results.get('started', ''))}</title>",
+        f"<!doctype html><html><head><meta charset='utf-8'><title>JSON benchmark {esc(results.started)}</title>",
         f"<style>{STYLE}</style></head><body><h1>JSON serving benchmark</h1><p>Status: {status}</p>",
-        f"<p>Model <code>{esc(str(config.get('model')))}</code>; scenarios {esc(', '.join(config.get('scenarios', [])))}; "
-        f"{esc(_requests_per_level(results))} (+{config.get('warmup_requests')} warm-up each); {esc(_cache_state(results))}; "
-        f"max_tokens {config.get('max_tokens')}, temperature {config.get('temperature')}; started {esc(results.get('started', ''))}.</p>",
-        f"<p>Machine: {esc(machine_summary(machine))}, GPU {esc(str(machine.get('gpu')))}; "
-        f"git {esc(str(machine.get('git_commit')))}; versions {esc(str(machine.get('versions')))}</p>",
+        f"<p>Model <code>{esc(config.model)}</code>; scenarios {esc(', '.join(config.scenarios))}; "
+        f"{esc(_requests_per_level(results))} (+{config.warmup_requests} warm-up each); {esc(_cache_state(results))}; "
+        f"max_tokens {config.max_tokens}, temperature {config.temperature}; started {esc(results.started)}.</p>",
+        f"<p>Machine: {esc(machine.summary)}, GPU {esc(str(machine.gpu))}; "
+        f"git {esc(str(machine.git_commit))}; versions {esc(str(machine.versions))}</p>",
         f"<h2>Arms</h2><ul>{arms}</ul>",
     ]
     records = load_records(out_path.parent)
@@ -300,7 +293,7 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
     detail = levels_frame(results)
     parts[2:2] = _verdicts(results, records, summary)
     # scenario names as the levels record them (a dataset's name is its file's stem, not the path given)
-    for scenario in sorted({level["scenario"] for level in results.get("levels", [])}):
+    for scenario in sorted({level.scenario for level in results.levels}):
         for base in ("baseline", "baseline-constrained"):
             table = article_table(records, results, scenario, base=base, treat="dspark")
             if not table.empty:
@@ -346,7 +339,7 @@ def render_html(results: dict[str, Any], out_path: Path) -> Path:
     return out_path
 
 
-def comparison_frame(before: dict[str, Any], after: dict[str, Any]):
+def comparison_frame(before: RunResults, after: RunResults) -> pd.DataFrame:
     """Per (scenario, level, arm) present in both runs: effective tok/s and P95 before / after, and the change."""
     a, b = summary_frame(before), summary_frame(after)
     if a.empty or b.empty:
@@ -360,15 +353,15 @@ def comparison_frame(before: dict[str, Any], after: dict[str, Any]):
     return merged
 
 
-def render_comparison(before: dict[str, Any], after: dict[str, Any], names: tuple[str, str], out_path: Path) -> Path:
+def render_comparison(before: RunResults, after: RunResults, names: tuple[str, str], out_path: Path) -> Path:
     """Two runs side by side (e.g. before and after an engine upgrade), self-contained like the run page."""
     esc = html.escape
     table = comparison_frame(before, after)
     formatters = {c: (lambda v: f"{v:+.1%}") for c in ("eff tok/s change", "P95 change")}
     formatters.update({c: (lambda v: f"{v:.2%}") for c in ("invalid JSON before", "invalid JSON after")})
     facts = "".join(
-        f"<li><b>{esc(name)}</b>: started {esc(str(run.get('started')))}, git {esc(str(run.get('machine', {}).get('git_commit')))}, "
-        f"versions {esc(str(run.get('machine', {}).get('versions')))}</li>"
+        f"<li><b>{esc(name)}</b>: started {esc(run.started)}, git {esc(str(run.machine.git_commit))}, "
+        f"versions {esc(str(run.machine.versions))}</li>"
         for name, run in zip(names, (before, after), strict=True)
     )
     body = (

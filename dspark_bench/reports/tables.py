@@ -3,12 +3,10 @@ reference arm (``intervals.paired_ratio``), and its text form."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from dspark_bench.loadtests.arms import ORACLE_ARM, REFERENCE_ARM
-from dspark_bench.loadtests.results import by_repeat, levels_frame
+from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame
 from dspark_bench.reports.intervals import paired_ratio
 
 SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective tok/s over the reference arm's, same scenario and level
@@ -37,18 +35,18 @@ SUMMARY_COLUMNS = {
 RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit")
 
 
-def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
+def summary_frame(results: RunResults) -> pd.DataFrame:
     """Median over repeats per (scenario, level, arm), with each arm's effective-throughput ratio to the
     reference arm (``SPEEDUP_COLUMN``: the geometric mean of the per-repeat ratios; NaN where the run has
     no reference arm)."""
     df = levels_frame(results)
     if df.empty:
         return df
-    metrics = [c for c in SUMMARY_COLUMNS if c in df]
+    metrics = [c for c in SUMMARY_COLUMNS if not c.startswith("server:") or c in df]  # counters a server may lack
     grouped = df.groupby(["scenario", "level", "arm"], sort=True)[metrics].median().reset_index()
-    if "level_valid" in df:  # a (scenario, level, arm) with any repeat that did not hold its load is flagged
-        valid = df.groupby(["scenario", "level", "arm"], sort=True)["level_valid"].all().reset_index(drop=True)
-        grouped["level ok"] = ["yes" if ok else "NO" for ok in valid]
+    if df["valid"].notna().any():  # a (scenario, level, arm) with any repeat that did not hold its load is flagged
+        failed = df.groupby(["scenario", "level", "arm"], sort=True)["valid"].agg(lambda v: bool((v == False).any()))  # noqa: E712
+        grouped["level ok"] = ["NO" if bad else "yes" for bad in failed.reset_index(drop=True)]
     grouped[SPEEDUP_COLUMN] = _ratio_to(df, grouped, REFERENCE_ARM)
     if ORACLE_ARM in set(grouped["arm"]):
         grouped[EFFICIENCY_COLUMN] = _ratio_to(df, grouped, ORACLE_ARM)

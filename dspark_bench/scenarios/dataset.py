@@ -220,6 +220,8 @@ def load_dataset(path: Path, name: str | None = None, description: str | None = 
 class DatasetScenario(Scenario):
     """A scenario whose requests are a file's lines, cycled in order (seed n is line n mod lines)."""
 
+    rows: tuple[dict[str, Any], ...]
+
     def __init__(self, *, rows: tuple[dict[str, Any], ...], **fields: Any) -> None:
         super().__init__(**fields)
         object.__setattr__(self, "rows", rows)

@@ -52,7 +52,7 @@ def test_server_dying_mid_level_keeps_partial_results(tmp_path):
         run_sweep(_config(tmp_path, "die-after"), run_dir)
     results = json.loads((run_dir / "results.json").read_text())
     assert results["complete"] is False and "server died" in results["error"]
-    assert results["levels"] and results["levels"][0]["metrics"]["incomplete"] is True
+    assert results["levels"] and results["levels"][0]["health"]["incomplete"] is True
     records = read_records(run_dir / "requests.jsonl")
     # answered before it died (the fake's answer lacks "user": a schema violation), then errors
     assert [r.verdict for r in records].count("schema_violation") >= 2  # the 3rd may be cut by the exit

@@ -94,7 +94,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     assert all(r["output_tokens"] and r["t_first_token"] for r in records)
     for level in results["levels"]:
         assert level["metrics"]["requests"] == {1: 4, 2: 9}[level["level"]] and level["metrics"]["raw_tok_s"] > 0
-        assert level["metrics"]["prefix_cache_reset"] is True  # local arms run in dev mode: emptied before each level
+        assert level["health"]["prefix_cache_reset"] is True  # local arms run in dev mode: emptied before each level
         assert "vllm:generation_tokens" in level["server"]  # /metrics scraped around the level
     assert len(list((run / "responses" / "baseline").glob("*.json"))) == 5 + 10
     assert (run / "report.html").exists() and "eff tok/s" in out.stdout and "x baseline-constrained" in out.stdout

@@ -3,6 +3,7 @@
 import json
 
 from dspark_bench.reports.article import article_table, load_records
+from tests.made_results import made_run
 
 
 def _write_run(tmp_path):
@@ -24,7 +25,7 @@ def _write_run(tmp_path):
         for arm in walls
         for level in (1, 8)
     ]
-    return {"levels": levels}
+    return made_run(levels)
 
 
 def test_rows_ratios_and_invalid_rates(tmp_path):
@@ -54,7 +55,7 @@ def _write_repeats(tmp_path, dspark_latency_by_repeat):
                              "t_last_byte": latency * (1 + 0.05 * (i % 3)), "output_tokens": 100, "verdict": "valid"})  # fmt: skip
             levels.append({"arm": arm, "scenario": "s", "level": 1, "repeat": repeat, "metrics": {"wall_s": 30 * latency * 1.05}})
     (tmp_path / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    return {"levels": levels}
+    return made_run(levels)
 
 
 def _interval(table):

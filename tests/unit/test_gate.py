@@ -2,7 +2,12 @@
 
 import pytest
 
+from dspark_bench.loadtests.machine import MachineFacts
+from dspark_bench.loadtests.results import RunResults
 from dspark_bench.reports.gate import GateError, Thresholds, evaluate, format_checks, load_thresholds
+from tests.made_results import made_run
+
+_typed = RunResults.from_dict
 
 
 def _level(arm, level, eff, p95=100.0, invalid=0.0, repeat=0, **more):
@@ -11,7 +16,7 @@ def _level(arm, level, eff, p95=100.0, invalid=0.0, repeat=0, **more):
 
 
 def _results(*levels, complete=True):
-    return {"complete": complete, "levels": list(levels)}
+    return made_run(list(levels), complete=complete)
 
 
 def _speedups(checks):
@@ -158,20 +163,20 @@ def test_the_cpu_class_picks_its_own_speed_limits_and_p95_is_compared_on_the_sam
     from dspark_bench.reports.gate import cpu_class
 
     reference = json.loads(REFERENCE.read_text())
-    assert cpu_class(reference["machine"]) == "amx"
-    assert cpu_class({"cpu_flags": ["avx512f", "avx2"]}) == "avx512" and cpu_class({"cpu_flags": ["avx2"]}) == "avx2"
+    assert cpu_class(MachineFacts.from_dict(reference["machine"])) == "amx"
+    assert cpu_class(MachineFacts(cpu_flags=("avx512f", "avx2"))) == "avx512" and cpu_class(MachineFacts(cpu_flags=("avx2",))) == "avx2"
     thresholds = Thresholds(
         noise_margin=0.0,
         min_speedup={"dspark": {1: 1.8}},
         by_cpu={"avx2": {"dspark": {1: 0.9}}},
         max_p95_regression=1.0,
     )
-    same = evaluate(reference, thresholds, reference)
+    same = evaluate(_typed(reference), thresholds, _typed(reference))
     assert _speedups(same)[0].limit == pytest.approx(1.8, abs=0.2)  # margins follow the repeats' spread
     assert any(c.check.startswith("P95") and c.measured == c.measured for c in same)  # compared: same class
     avx2 = copy.deepcopy(reference)
     avx2["machine"]["cpu_flags"], avx2["machine"]["amx"] = ["avx2"], False
-    other = evaluate(avx2, thresholds, reference)
+    other = evaluate(_typed(avx2), thresholds, _typed(reference))
     assert _speedups(other)[0].limit <= 0.9 and "class avx2" in _speedups(other)[0].detail
     p95 = [c for c in other if c.check.startswith("P95")]
     assert len(p95) == 1 and "not compared" in p95[0].detail
@@ -183,12 +188,12 @@ def test_a_patch_whose_speculation_is_off_fails_the_acceptance_check_on_a_real_r
 
     reference = json.loads(REFERENCE.read_text())
     thresholds = Thresholds(min_acceptance_length={"dspark": {1: 6.0}})
-    assert [c.passed for c in evaluate(reference, thresholds) if c.check == "mean acceptance length"] == [True]
+    assert [c.passed for c in evaluate(_typed(reference), thresholds) if c.check == "mean acceptance length"] == [True]
     dead = copy.deepcopy(reference)  # what --dspark-drafter off records: no drafts at all
     for row in dead["levels"]:
         for key in [k for k in row.get("server", {}) if k.startswith("vllm:spec_decode")]:
             del row["server"][key]
-    check = next(c for c in evaluate(dead, thresholds) if c.check == "mean acceptance length")
+    check = next(c for c in evaluate(_typed(dead), thresholds) if c.check == "mean acceptance length")
     assert not check.passed and check.measured == 1.0
 
 
@@ -207,7 +212,7 @@ def test_the_committed_gate_fails_each_regression_of_a_real_run(regression, fail
 
     thresholds = load_thresholds("benchmarks/gate/thresholds.yaml")
     reference = json.loads(REFERENCE.read_text())
-    assert all(c.passed for c in evaluate(reference, thresholds, reference))
+    assert all(c.passed for c in evaluate(_typed(reference), thresholds, _typed(reference)))
     worse = copy.deepcopy(reference)
     for row in (r for r in worse["levels"] if r["arm"] == "dspark"):
         if regression == "30% slower":
@@ -216,5 +221,5 @@ def test_the_committed_gate_fails_each_regression_of_a_real_run(regression, fail
             row["metrics"]["valid_rate"] = min(row["metrics"]["valid_rate"], 0.99)
         else:  # what --dspark-drafter off records: no drafts at all
             row["server"] = {k: v for k, v in row.get("server", {}).items() if not k.startswith("vllm:spec_decode")}
-    failed = {c.check for c in evaluate(worse, thresholds, reference) if not c.passed}
+    failed = {c.check for c in evaluate(_typed(worse), thresholds, _typed(reference)) if not c.passed}
     assert failing_check in failed, (regression, failed)

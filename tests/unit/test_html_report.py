@@ -4,6 +4,7 @@ import json
 import re
 
 from dspark_bench.reports import render_html
+from tests.made_results import made_run
 
 
 def test_page_is_offline_and_escapes_model_output(tmp_path):
@@ -16,12 +17,11 @@ def test_page_is_offline_and_escapes_model_output(tmp_path):
     ]  # fmt: skip
     (tmp_path / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     metrics = {"effective_tok_s": 3.0, "latency_p95_ms": 1000.0, "invalid_json_rate": 2 / 3, "wall_s": 3.0}
-    results = {
-        "complete": True,
-        "config": {"model": "m", "scenarios": ["s"]},
-        "arms": {"baseline": {"argv": ["vllm", "serve", "<m>"], "mode": "prompt"}},
-        "levels": [{"arm": "baseline", "scenario": "s", "mode": "prompt", "level": 1, "repeat": 0, "metrics": metrics}],
-    }
+    results = made_run(
+        [{"arm": "baseline", "scenario": "s", "mode": "prompt", "level": 1, "repeat": 0, "metrics": metrics}],
+        config={"model": "m", "scenarios": ["s"]},
+        arms={"baseline": {"base_url": "http://h", "model": "m", "argv": ["vllm", "serve", "<m>"], "mode": "prompt"}},
+    )
     page = render_html(results, tmp_path / "report.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "parse_error: 2 answer(s)" in page and "&lt;m&gt;" in page
@@ -34,7 +34,7 @@ def test_two_runs_side_by_side(tmp_path):
 
     def run(eff, p95):
         metrics = {"effective_tok_s": eff, "latency_p95_ms": p95, "invalid_json_rate": 0.0}
-        return {"levels": [{"arm": "dspark", "scenario": "s", "mode": "m", "level": 1, "repeat": 0, "metrics": metrics}]}
+        return made_run([{"arm": "dspark", "scenario": "s", "mode": "m", "level": 1, "repeat": 0, "metrics": metrics}])
 
     table = comparison_frame(run(100.0, 500.0), run(150.0, 400.0))
     assert list(table["eff tok/s change"].round(3)) == [0.5] and list(table["P95 change"].round(3)) == [-0.2]

@@ -4,11 +4,11 @@ import os
 
 from dspark_bench.loadtests.machine import (
     CpuSnapshot,
+    MachineFacts,
     cpu_noise,
     cpu_snapshot,
     listening_pgid,
     machine_facts,
-    machine_summary,
     noise_problems,
 )
 
@@ -71,8 +71,9 @@ def test_a_busy_process_beside_the_harness_shows_as_noise():
 
 def test_machine_facts_say_what_decides_speed():
     facts = machine_facts()
-    assert facts["cores"] == os.cpu_count() and "amx" in facts and isinstance(facts["cpu_flags"], list)
-    assert facts["summary"].startswith(str(facts["cpu"]))
-    assert "no AMX" in machine_summary({"cpu": "X", "cores": 2, "cpu_flags": ["avx2"]})
-    assert "AMX not recorded" in machine_summary({"cpu": "X", "cores": 2})  # a run from before the flags were kept
-    assert "AMX" in machine_summary({"cpu": "X", "cores": 2, "cpu_flags": ["amx_bf16"], "virtualization": "kvm"})
+    assert facts.cores == os.cpu_count() and isinstance(facts.amx, bool) and isinstance(facts.cpu_flags, tuple)
+    assert facts.summary.startswith(str(facts.cpu)) and facts.as_dict()["summary"] == facts.summary
+    assert MachineFacts.from_dict(facts.as_dict()) == facts
+    assert "no AMX" in MachineFacts("X", 2, ("avx2",)).summary
+    assert "AMX not recorded" in MachineFacts.from_dict({"cpu": "X", "cores": 2}).summary  # a run before the flags were kept
+    assert "AMX" in MachineFacts("X", 2, ("amx_bf16",), virtualization="kvm").summary

@@ -63,11 +63,11 @@ def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_rep
     assert results.complete
     resets = httpx.get(f"{fast_server}/v1/models", timeout=10).json()["resets"] - before
     assert resets == 2 * 2 * 2  # arms x levels x repeats
-    assert all(level.metrics["prefix_cache_reset"] for level in results.levels)
+    assert all(level.health.prefix_cache_reset for level in results.levels)
     records = list(read_records(tmp_path / "r"))
     per_arm = Counter((r.arm, r.seed) for r in records)
     assert max(per_arm.values()) == 1  # no arm sends a prompt twice in the run
     prompts = {arm: {rid for a, rid in per_arm if a == arm} for arm in config.arms}
     assert prompts["baseline"] == prompts["baseline-constrained"]  # and every arm the same prompts
-    assert Counter(level.metrics["requests"] for level in results.levels) == {4: 4, 14: 4}  # 3 users: 12 + 1 warm-up -> 5 waves
-    assert all(level.metrics["level_valid"] for level in results.levels)
+    assert Counter(level.metrics.requests for level in results.levels) == {4: 4, 14: 4}  # 3 users: 12 + 1 warm-up -> 5 waves
+    assert all(level.health.valid for level in results.levels)

@@ -26,7 +26,7 @@ def _locustfile_options(command: list[str]) -> argparse.Namespace:
 def test_ui_hands_locust_every_request_setting_the_config_gives():
     config = load_config(None, arms="baseline-constrained", mode="json_schema", max_tokens=77, temperature=0.3,
                          request_timeout_s=9.0)  # fmt: skip
-    command = locust_command(config, "baseline-constrained", "http://127.0.0.1:1", "served", Path("runs/x"), 8089, 0)
+    command = locust_command(config, "baseline-constrained", "http://127.0.0.1:1", "served", Path("runs/x"), 8089)
     options = _locustfile_options(command)
     read_back = settings_from_locust_options(options, options.served_model, Mode(options.mode), {})
     assert read_back == config.request_settings("baseline-constrained", "served", {})

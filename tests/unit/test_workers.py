@@ -64,8 +64,8 @@ def test_an_open_loop_sweep_through_two_workers_loses_no_record(fast_server, tmp
     assert len({r.request_id for r in records}) == len(records)
     for level in results.levels:
         rate = level.level
-        assert 0.85 * rate <= level.metrics["achieved_rate"] <= 1.15 * rate, (rate, level.metrics["achieved_rate"])
-        assert level.metrics["level_valid"], level.metrics["level_problems"]
+        assert 0.85 * rate <= level.metrics.achieved_rate <= 1.15 * rate, (rate, level.metrics.achieved_rate)
+        assert level.health.valid, level.health.problems
 
 
 def test_a_closed_loop_sweep_through_two_workers_holds_its_users(fast_server, tmp_path):
@@ -73,7 +73,7 @@ def test_a_closed_loop_sweep_through_two_workers_holds_its_users(fast_server, tm
     records = list(read_records(run_dir))
     assert Counter(r.level for r in records) == {1: 26, 5: 30}  # 5 users: 6 whole waves; one user on two workers: nothing lost
     for level in results.levels:
-        assert level.metrics["achieved_concurrency"] >= 0.9 * level.level, (level.level, level.metrics["achieved_concurrency"])
+        assert level.metrics.achieved_concurrency >= 0.9 * level.level, (level.level, level.metrics.achieved_concurrency)
 
 
 def test_a_worker_that_dies_stops_the_run_with_one_line(fast_server, tmp_path):
@@ -114,3 +114,22 @@ def test_locusts_own_cli_runs_an_open_loop_through_two_workers(fast_server, tmp_
     assert {r.level for r in records} == {10.0}
     assert len({r.request_id for r in records}) == len(records)
     assert 60 <= len(records) <= 85, len(records)  # 10/s for ~7.5 s of the 8 (the first is due 0.5 s in)
+
+
+SENT_WHOLE = {"request", "arrivals", "samples", "sample_source", "slots", "cycle"}  # encoded by plan_message itself
+LOCAL = {"sink", "aborted", "records", "_issued", "_due", "_lock"}  # each process's own
+
+
+def test_every_plan_field_either_travels_to_workers_or_is_each_processs_own(tmp_path):
+    """A new LevelPlan field must say which: marked WIRED, it reaches the workers with no other edit."""
+    from dataclasses import fields
+
+    from dspark_bench.loadtests.plan import WIRE
+
+    wired = {f.name for f in fields(LevelPlan) if f.metadata.get(WIRE)}
+    assert wired | SENT_WHOLE | LOCAL == {f.name for f in fields(LevelPlan)} and not wired & (SENT_WHOLE | LOCAL)
+    samples = list(load_scenario("order_extraction").samples(Split.EVAL, 3))
+    plan = LevelPlan("a", 2.5, RequestSettings("m", Mode.JSON_SCHEMA), samples, RunFolderSink(tmp_path), 7, warmup=3, repeat=2,
+                     users=9, start_at=5.0, sample_source=("order_extraction", 0))  # fmt: skip
+    rebuilt = plan_from_message(json.loads(json.dumps(plan_message(plan, (1,), 2))), RunFolderSink(tmp_path))
+    assert {name: getattr(rebuilt, name) for name in wired} == {name: getattr(plan, name) for name in wired}

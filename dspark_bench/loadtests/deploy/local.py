@@ -112,7 +112,7 @@ class LocalDeployer:
         while time.monotonic() < deadline:
             if not endpoint.alive():
                 raise DeployError(
-                    f"arm '{endpoint.arm}': server exited with code {endpoint.process.returncode} before it was ready: "
+                    f"arm '{endpoint.arm}': server exited with code {endpoint.process and endpoint.process.returncode} before it was ready: "
                     f"{failure_summary(endpoint.log_path)}"
                 )
             try:

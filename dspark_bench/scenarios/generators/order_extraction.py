@@ -101,8 +101,10 @@ def generate(rng: random.Random, scenario: Scenario) -> Example:
     name = pools.zh_name(rng) if chinese else pools.en_name(rng)
     address = pools.zh_address(rng) if chinese else pools.en_address(rng)
     catalogue = pools.ZH_PRODUCTS if chinese else pools.EN_PRODUCTS
-    items = [{"name": product, "price": pools.money(rng, 500, 99900)} for product in rng.sample(catalogue, rng.randint(1, 4))]
-    total = pools.add_money([item["price"] for item in items])
+    products = rng.sample(catalogue, rng.randint(1, 4))
+    prices = [pools.money(rng, 500, 99900) for _ in products]  # drawn after the products: the seeds' orders stay
+    items = [{"name": product, "price": price} for product, price in zip(products, prices, strict=True)]
+    total = pools.add_money(prices)
     render = _zh_text if chinese else _en_text
     text = render(rng, order_id, name, address, items, pools.fmt_number(total))
     instruction = ZH_INSTRUCTION if chinese or rng.random() < 0.5 else EN_INSTRUCTION
