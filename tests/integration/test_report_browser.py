@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from dspark_bench.loadtests.config import REPO_ROOT
+from dspark_bench.loadtests.results import load_results
 from dspark_bench.reports import render_html
 
 pytestmark = pytest.mark.integration
@@ -88,8 +89,7 @@ def _render_example(run_dir: Path, port: int) -> Path:
         real = src.read().splitlines()
     hostile = [json.dumps(r) for r in _hostile_records(port)]
     (run_dir / "requests.jsonl").write_text("\n".join(hostile + real) + "\n", encoding="utf-8")
-    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    return render_html(results, run_dir / "report.html")
+    return render_html(load_results(run_dir), run_dir / "report.html")
 
 
 def test_report_renders_in_headless_chromium_without_errors_or_requests(tmp_path, listener):
