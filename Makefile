@@ -7,6 +7,7 @@
 #   make gate      CI regression gate: a short paired sweep checked against benchmarks/gate/thresholds.yaml
 #   make bench-dspark  the engine patch's full benchmark (5 arms, 200 requests per level, ~30 min)
 #   make equality  DSpark's answers against stock vLLM's, token for token -> benchmarks/dspark/equality/
+#   make history   runs recorded in the run store (runs/runs.sqlite), one block per machine kind
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -17,7 +18,7 @@ REQUESTS ?=
 BENCH_CONFIG ?= dspark_bench/loadtests/configs/cpu-default.yaml
 BENCH_ARGS ?=
 
-.PHONY: install browser gpustack bench bench-dspark equality ui gate test test-unit test-integration lint model eval clean
+.PHONY: install browser gpustack history bench bench-dspark equality ui gate test test-unit test-integration lint model eval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,7 +68,11 @@ equality: install
 ui: install
 	$(VENV)/bin/dspark-bench ui $(UI_ARGS)
 
-# GATE_ARGS="--run runs/X" checks a saved run instead of running the short sweep.
+history: install
+	$(VENV)/bin/dspark-bench history $(HISTORY_ARGS)
+
+# GATE_ARGS="--run runs/X" checks a saved run instead of running the short sweep; "--against history" takes
+# the speed-up limits from the run store's earlier runs of this machine kind.
 gate: install
 	$(VENV)/bin/dspark-bench gate --thresholds benchmarks/gate/thresholds.yaml $(GATE_ARGS)
 

@@ -14,15 +14,18 @@ from pathlib import Path
 
 import locust  # noqa: F401  - early: gevent patches sockets before anything opens one
 
-from dspark_bench.loadtests.config import ConfigError, add_setting_flags, flag_overrides, load_config
+from dspark_bench.loadtests.arms import REFERENCE_ARM
+from dspark_bench.loadtests.config import ConfigError, RunConfig, add_setting_flags, flag_overrides, load_config
 from dspark_bench.loadtests.deploy.base import DeployError, signals_to_main_greenlet
 from dspark_bench.loadtests.records import records_path
 from dspark_bench.loadtests.results import ResultsError, load_results, results_from_records
 from dspark_bench.loadtests.sweep import RunAborted, run_sweep
 from dspark_bench.reports import render_html
 from dspark_bench.reports.gate import GateError, evaluate, format_checks, load_thresholds
+from dspark_bench.reports.history import HISTORY_RUNS, MIN_HISTORY, format_history, history_panel, run_ratios, standings
 from dspark_bench.reports.html import render_comparison
 from dspark_bench.reports.tables import format_summary, summary_frame
+from dspark_bench.store import STORE_ENV, STORE_FILE, RunStore, StoreError, run_id, safe_url, store_url
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--config", help="run configuration YAML (see dspark_bench/loadtests/configs/); flags override it")
     add_setting_flags(bench, "bench")
+    _add_store_flag(bench)
     report = sub.add_parser(
         "report", help="re-render the HTML page and summary of a saved run (or build them from a Locust run's records)"
     )
@@ -57,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--arm", default="dspark", help="the arm to serve (default dspark)")
     ui.add_argument("--web-port", type=int, default=8089, help="Locust web UI port (default 8089)")
     add_setting_flags(ui, "ui")
+    _add_store_flag(ui)
     gate = sub.add_parser(
         "gate",
         help="check a run against a thresholds file; exit 1 when a check fails",
@@ -66,14 +71,50 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--thresholds", default="benchmarks/gate/thresholds.yaml", help="thresholds YAML")
     gate.add_argument("--run", dest="run_dir", help="a saved run folder to check instead of running a sweep")
     gate.add_argument("--out", dest="output_dir", default="runs", help="parent folder of the sweep's run folder")
+    gate.add_argument(
+        "--against",
+        choices=["thresholds", "history"],
+        default="thresholds",
+        help="where speed-up limits come from: the thresholds file, or the store's last complete runs on this "
+        f"machine kind (their median less their spread; the file's limits while it has fewer than {MIN_HISTORY})",
+    )
+    gate.add_argument("--history-runs", type=int, default=HISTORY_RUNS, help=f"runs of history to use (default {HISTORY_RUNS})")
+    _add_store_flag(gate)
+    history = sub.add_parser(
+        "history",
+        help="runs in the store and their ratios to the reference arm, grouped by machine kind",
+        description="Every recorded run (bench, gate, ui, imported) with each arm's effective-throughput ratio to "
+        f"{REFERENCE_ARM} per scenario and level, oldest first, one block per machine kind.",
+    )
+    history.add_argument("--machine", help="only machine kinds containing this text (e.g. 'EPYC', 'amx')")
+    history.add_argument("--arm", help="only this arm")
+    history.add_argument("--scenario", help="only this scenario")
+    history.add_argument("--level", type=float, help="only this level")
+    history.add_argument("--last", type=int, help="only the latest N runs")
+    _add_store_flag(history)
+    store = sub.add_parser("store", help="the run store: import run folders made before it, or elsewhere")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    store_import = store_sub.add_parser(
+        "import", help="record run folders (or every run under a folder, e.g. benchmarks/); a run already there is skipped"
+    )
+    store_import.add_argument("paths", nargs="+", metavar="PATH")
+    _add_store_flag(store_import)
     return parser
 
 
+def _add_store_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help=f"run store: sqlite:///FILE or postgresql://user@host/db (default ${STORE_ENV}, else {STORE_FILE} in the runs folder)",
+    )
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    return execute(load_config(args.config, **flag_overrides(args)))[0]
+    return execute(load_config(args.config, **flag_overrides(args)), args.store)[0]
 
 
-def execute(config) -> tuple[int, Path]:
+def execute(config: RunConfig, store: str | None = None, source: str = "bench") -> tuple[int, Path]:
     """Run one sweep to the end (or to the first fatal error / Ctrl-C), report it; (exit status, run folder)."""
     run_dir = Path(config.output_dir) / (config.run_name or datetime.now().strftime("%Y%m%d-%H%M%S"))
     if (run_dir / "requests.jsonl").exists():
@@ -93,7 +134,7 @@ def execute(config) -> tuple[int, Path]:
     except SystemExit as exc:  # SIGTERM / SIGHUP: the servers are stopped, the results written
         print(f"\nterminated; partial results kept in {run_dir} (marked incomplete)", file=sys.stderr)
         status = exc.code if isinstance(exc.code, int) else 1
-    _report(run_dir)
+    _report(run_dir, store_url(store, config.output_dir), source)
     return status, run_dir
 
 
@@ -106,7 +147,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     signals_to_main_greenlet()
     status, run_dir, arms = run_ui(config, args.arm, args.web_port)
     results_from_records(run_dir, config, arms).write()
-    _report(run_dir)
+    _report(run_dir, store_url(args.store, config.output_dir), "ui")
     return 0 if status in (0, 1) else status  # Locust exits 1 when any answer failed validation
 
 
@@ -120,7 +161,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if thresholds.bench_config is None:
             raise GateError(f"{args.thresholds} has no bench_config; fix: add one, or pass --run RUN_DIR")
         name = datetime.now().strftime("gate-%Y%m%d-%H%M%S")
-        status, run_dir = execute(load_config(thresholds.bench_config, output_dir=args.output_dir, run_name=name))
+        status, run_dir = execute(load_config(thresholds.bench_config, output_dir=args.output_dir, run_name=name), args.store, "gate")
         if status:
             print("gate: FAILED (the sweep did not finish)", file=sys.stderr)
             return status
@@ -129,24 +170,90 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if thresholds.reference_run is None or not thresholds.reference_run.exists():
             raise GateError(f"reference_run {thresholds.reference_run} not found; fix: commit one, or drop max_p95_regression")
         reference = load_results(thresholds.reference_run)
-    checks = evaluate(load_results(run_dir), thresholds, reference)
+    results = load_results(run_dir)
+    history = None
+    if args.against == "history":
+        with RunStore(store_url(args.store, args.output_dir)) as store:
+            history = store.history(
+                machine_kind=results.machine.kind, complete_only=True, exclude=[run_id(results)], last_runs=args.history_runs
+            )
+        runs = len({row.run_id for row in history})
+        print(f"gate: limits from {runs} earlier complete run(s) of {results.machine.kind} in {safe_url(store.url)}")
+    checks = evaluate(results, thresholds, reference, history)
     print("\n" + format_checks(checks))
     (run_dir / "gate.json").write_text(json.dumps([c.__dict__ for c in checks], indent=1), encoding="utf-8")
     return 0 if checks and all(c.passed for c in checks) else 1
 
 
-def _report(run_dir: Path) -> None:
+def _report(run_dir: Path, store: str | None = None, source: str = "bench") -> None:
+    """Print the summary, write the page and, with a ``store``, set the run against its history there and
+    record it. A store that fails costs the run nothing: one warning says how to record it later."""
     if not (run_dir / "results.json").exists():
         return
     results = load_results(run_dir)
     print(f"\nmachine: {results.machine.summary}")
     print(format_summary(summary_frame(results)))
+    ratios, panel, runs = run_ratios(results), [], None
+    if store is not None:
+        try:
+            with RunStore(store) as opened:
+                earlier = opened.history(
+                    machine_kind=results.machine.kind, complete_only=True, exclude=[run_id(results)], last_runs=HISTORY_RUNS
+                )
+                panel = history_panel(results.machine.kind, standings(ratios, earlier))
+                added = opened.record(results, ratios, source)
+                runs = len({row.run_id for row in earlier})
+            print(f"\nstore: {'recorded in' if added else 'already in'} {safe_url(store)} ({runs} earlier run(s) of this machine kind)")
+        except StoreError as exc:
+            print(
+                f"warning: {exc}; the run is complete in {run_dir}; record it later with: "
+                f"dspark-bench store import {run_dir} --store URL",
+                file=sys.stderr,
+            )
     try:
-        page = render_html(results, run_dir / "report.html")
+        page = render_html(results, run_dir / "report.html", panel)
     except Exception as exc:  # noqa: BLE001 - a report bug must not hide the run's outcome or lose data
         print(f"warning: the HTML report failed ({type(exc).__name__}: {exc}); results are in {run_dir}", file=sys.stderr)
         return
     print(f"\nreport: {page}\nrecords: {run_dir / 'requests.jsonl'}  responses: {run_dir / 'responses'}/<arm>/*.json")
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    with RunStore(store_url(args.store)) as store:
+        rows = store.history(machine=args.machine, arm=args.arm, scenario=args.scenario, level=args.level, last_runs=args.last)
+        print(f"store: {safe_url(store.url)}, {store.run_count()} run(s)")
+    print(format_history(rows))
+    return 0
+
+
+def cmd_store_import(args: argparse.Namespace) -> int:
+    """Every results.json under the paths; runs already there and files that are no run's are said and skipped."""
+    found: list[Path] = []
+    for given in args.paths:
+        path = Path(given)
+        if path.is_file() and path.name == "results.json":
+            found.append(path)
+        elif (path / "results.json").is_file():
+            found.append(path / "results.json")
+        elif path.is_dir():
+            found += sorted(path.rglob("results.json"))
+        else:
+            raise ConfigError(f"{path}: neither a run folder nor a folder holding runs; give run folders or e.g. benchmarks/")
+    added = present = skipped = 0
+    with RunStore(store_url(args.store)) as store:
+        for path in found:
+            try:
+                results = load_results(path)
+            except ResultsError as exc:
+                print(f"skipped {exc}")
+                skipped += 1
+                continue
+            if store.record(results, run_ratios(results), "import"):
+                added += 1
+            else:
+                present += 1
+        print(f"store: {safe_url(store.url)}: {added} run(s) imported, {present} already there, {skipped} skipped; {store.run_count()} in all")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_gate(args)
         if args.command == "ui":
             return cmd_ui(args)
+        if args.command == "history":
+            return cmd_history(args)
+        if args.command == "store":
+            return cmd_store_import(args)
         run_dir = Path(args.run_dir)
         if not (run_dir / "results.json").exists():
             if records_path(run_dir) is None:
@@ -173,6 +284,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"comparison: {page}")
         return 0
-    except (ConfigError, GateError, ResultsError) as exc:
+    except (ConfigError, GateError, ResultsError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

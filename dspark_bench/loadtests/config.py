@@ -12,7 +12,7 @@ from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import BUILTIN_ARMS, Arm
 from dspark_bench.loadtests.deploy.gpustack_spec import GPUStackSpecError, parse_settings
 from dspark_bench.loadtests.metrics import MIN_WAVES, SLO_KEYS
-from dspark_bench.loadtests.openai_api import MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE, RequestSettings
+from dspark_bench.loadtests.openai_api import CONFIG_FIELDS, MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE, RequestSettings
 from dspark_bench.scenarios import Mode, ScenarioError, builtin_names, load_scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +151,7 @@ class RunConfig:
         """How every request to ``arm`` is sent: the one place run settings become request settings (the
         sweep's levels, its smoke request and priming, and ``ui``'s Locust command)."""
         mode = self.arm_mode(self.arm(arm)) if is_json else Mode.TEXT
-        return RequestSettings(model, mode, self.max_tokens, self.temperature, self.request_timeout_s, headers)
+        return RequestSettings(model, mode, headers=headers, **{name: getattr(self, name) for name in CONFIG_FIELDS})
 
     def measured_requests(self, level: float) -> int:
         """Measured requests of one level: ``requests_per_level``; a closed loop of N users measures at least

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -92,6 +93,26 @@ class MachineFacts:
         if self.memory_gib:
             parts.append(f"{self.memory_gib} GiB")
         return ", ".join(parts)
+
+    @property
+    def cpu_class(self) -> str:
+        """What decides how cheap verification is: amx, avx512, avx2, other, or unrecorded (a run from before
+        the flags were kept)."""
+        if self.cpu_flags is None and self.amx is None:
+            return "unrecorded"
+        flags = set(self.cpu_flags or ())
+        if self.amx or any(f.startswith("amx") for f in flags):
+            return "amx"
+        if any(f.startswith("avx512") for f in flags):
+            return "avx512"
+        return "avx2" if "avx2" in flags else "other"
+
+    @property
+    def kind(self) -> str:
+        """What makes two machines' figures comparable: CPU model, cores, CPU class, GPU model and count."""
+        gpus = [re.sub(r"\s*\(UUID[^)]*\)", "", line).split(": ", 1)[-1] for line in (self.gpu or "").splitlines() if line]
+        gpu = f" · {len(gpus)}x {gpus[0]}" if gpus else ""
+        return f"{self.cpu} · {self.cores} cores · {self.cpu_class}{gpu}"
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "summary": self.summary}  # the summary too, for readers of the file alone

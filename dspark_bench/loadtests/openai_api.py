@@ -32,7 +32,7 @@ class RequestSettings:
     mode: Mode  # how JSON is asked for
     max_tokens: int = MAX_TOKENS  # a dataset line's own max_tokens wins
     temperature: float = TEMPERATURE
-    timeout_s: float = REQUEST_TIMEOUT_S  # for the whole answer
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # for the whole answer
     headers: dict[str, str] = field(default_factory=dict)  # e.g. the bearer key of a --url server
 
     def as_message(self) -> dict[str, Any]:
@@ -44,10 +44,13 @@ class RequestSettings:
         return cls(**{**data, "mode": Mode(data["mode"]), "headers": dict(data["headers"])})
 
 
-# The settings a run's config decides, as the locustfile's command-line flags: ``ui`` writes them from the
-# config and the locustfile reads them back (model, mode and headers have flags of their own there:
-# --served-model, --mode, --api-key-env).
-LOCUST_FLAGS = {"max_tokens": "--max-tokens", "temperature": "--temperature", "timeout_s": "--request-timeout"}
+# The fields a run's config decides, each a RunConfig setting of the same name (``RunConfig.request_settings``);
+# model, mode and headers come from the deployed arm. A new one here and on RunConfig reaches the sweep's
+# plans, Locust's workers (the settings travel whole) and the locustfile's command line with no other edit.
+CONFIG_FIELDS = tuple(f.name for f in fields(RequestSettings) if f.name not in ("model", "mode", "headers"))
+# ... as the locustfile's command-line flags: ``ui`` writes them from the config and the locustfile reads
+# them back (model, mode and headers have flags of their own there: --served-model, --mode, --api-key-env).
+LOCUST_FLAGS = {name: "--" + name.removesuffix("_s").replace("_", "-") for name in CONFIG_FIELDS}
 
 
 def locust_argv(settings: RequestSettings) -> list[str]:

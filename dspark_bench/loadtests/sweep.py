@@ -177,7 +177,7 @@ def smoke_test(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
     request = config.request_settings(arm, endpoint.model, endpoint.headers(), scenario.is_json)
     body = chat_body(sample, request.mode, request.model, request.max_tokens, request.temperature)
     try:
-        response = httpx.post(f"{endpoint.base_url}/v1/chat/completions", json=body, headers=request.headers, timeout=request.timeout_s)
+        response = httpx.post(f"{endpoint.base_url}/v1/chat/completions", json=body, headers=request.headers, timeout=request.request_timeout_s)
     except httpx.HTTPError as exc:
         raise RunAborted(f"arm '{arm}': the first request failed ({type(exc).__name__}: {exc}); check the server") from None
     if response.status_code != 200:

@@ -67,7 +67,7 @@ class ChatCompletionsUser(User):
             return  # the task stops this user (StopUser here would be logged as a crash)
         # geventhttpclient (the client behind Locust's FastHttpUser) parses HTTP in C: at 64 streams on a
         # small machine a pure-Python client takes CPU from the server under test and reads chunks late.
-        self.http = HTTPClient.from_url(URL(self.host or ""), concurrency=1, network_timeout=plan.request.timeout_s, connection_timeout=10.0)
+        self.http = HTTPClient.from_url(URL(self.host or ""), concurrency=1, network_timeout=plan.request.request_timeout_s, connection_timeout=10.0)
         self._stamp_connections()
 
     def _stamp_connections(self) -> None:
@@ -128,7 +128,7 @@ class ChatCompletionsUser(User):
             if status != 200:
                 error = f"HTTP {status}: {response.read().decode(errors='replace')[:300]}"
             else:
-                deadline = time.monotonic() + request.timeout_s
+                deadline = time.monotonic() + request.request_timeout_s
                 lines = iter(lambda: response.readline(b"\n"), b"")
                 result = consume_sse(_lines_until(lines, deadline), time.time)
                 error = result.error
@@ -138,7 +138,7 @@ class ChatCompletionsUser(User):
                 for _ in _lines_until(lines, deadline):
                     pass
         except TimeoutError:
-            timed_out, error = True, f"no complete answer within {request.timeout_s:.0f}s"
+            timed_out, error = True, f"no complete answer within {request.request_timeout_s:.0f}s"
         except Exception as exc:  # noqa: BLE001 - any transport failure is an http_error verdict
             error = f"{type(exc).__name__}: {exc}"
         finally:

@@ -17,6 +17,8 @@ only on the CPU class it was recorded on.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,9 @@ from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import REFERENCE_ARM
 from dspark_bench.loadtests.machine import MachineFacts
 from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame
+from dspark_bench.reports.history import MIN_HISTORY, history_limit
 from dspark_bench.reports.intervals import paired_ratio
+from dspark_bench.store import HistoryRow
 
 MAX_NOISE_MARGIN = 0.25  # however noisy the run, a limit never moves by more than this
 MAX_STALLED = 0.1  # a level with more streams read in one piece has suspect timings
@@ -40,17 +44,12 @@ KNOWN_KEYS = {
     "max_invalid_rate",
     "max_p95_regression",
 }
-CPU_CLASSES = ("amx", "avx512", "avx2", "other")
+CPU_CLASSES = ("amx", "avx512", "avx2", "other", "unrecorded")
 
 
 def cpu_class(machine: MachineFacts) -> str:
     """The class of CPU a run's machine record says it ran on: what decides how cheap verification is."""
-    flags = set(machine.cpu_flags or ())
-    if machine.amx or any(f.startswith("amx") for f in flags):
-        return "amx"
-    if any(f.startswith("avx512") for f in flags):
-        return "avx512"
-    return "avx2" if "avx2" in flags else "other"
+    return machine.cpu_class
 
 
 class GateError(ValueError):
@@ -189,16 +188,19 @@ def _measured_cleanly(results: RunResults, stats) -> list[Check]:
     return checks
 
 
-def evaluate(results: RunResults, thresholds: Thresholds, reference: RunResults | None = None) -> list[Check]:
+def evaluate(
+    results: RunResults, thresholds: Thresholds, reference: RunResults | None = None, history: Sequence[HistoryRow] | None = None
+) -> list[Check]:
     """Every check the thresholds ask for, in every scenario of the run; a level missing from the run
-    fails its check."""
+    fails its check. With ``history`` (earlier complete runs of this machine kind, from the store) each
+    speed-up limit comes from them (``reports.history.history_limit``) where there are enough."""
     stats = _by_arm_level(results)
     checks: list[Check] = _measured_cleanly(results, stats)
     machine_class = cpu_class(results.machine)
     min_speedup = thresholds.by_cpu.get(machine_class, thresholds.min_speedup)
     scenarios = sorted({scenario for scenario, _arm, _level in stats}) or [""]
     for scenario in scenarios:
-        checks += _scenario_checks(scenario, stats, thresholds, min_speedup, machine_class)
+        checks += _scenario_checks(scenario, stats, thresholds, min_speedup, machine_class, history)
     if thresholds.max_p95_regression is not None and reference is not None:
         if (ref_class := cpu_class(reference.machine)) != machine_class:
             why = f"reference recorded on a CPU of class {ref_class}, this run on {machine_class}: P95 not compared"
@@ -209,7 +211,12 @@ def evaluate(results: RunResults, thresholds: Thresholds, reference: RunResults 
 
 
 def _scenario_checks(
-    scenario: str, stats: dict, thresholds: Thresholds, min_speedup: dict[str, dict[int, float]], machine_class: str
+    scenario: str,
+    stats: dict,
+    thresholds: Thresholds,
+    min_speedup: dict[str, dict[int, float]],
+    machine_class: str,
+    history: Sequence[HistoryRow] | None = None,
 ) -> list[Check]:
     checks = []
     for arm, levels in thresholds.min_acceptance_length.items():
@@ -227,6 +234,13 @@ def _scenario_checks(
                 continue
             limit = minimum * (1 - _margin(thresholds, base))
             why = f"limit for CPU class {machine_class}"
+            if history is not None:
+                earlier = [r.ratio for r in history if (r.scenario, r.level, r.arm, r.against) == (scenario, level, arm, thresholds.against)]
+                if (from_history := history_limit(earlier, thresholds.noise_margin)) is not None:
+                    limit = from_history[0]
+                    why = f"from {len(earlier)} earlier runs of this machine kind: median {statistics.median(earlier):.2f}x less {from_history[1]:.0%}"
+                else:
+                    why = f"only {len(earlier)} earlier runs of this machine kind (< {MIN_HISTORY}): the thresholds file's {why}"
             checks.append(Check(name, arm, level, paired.ratio, limit, paired.ratio >= limit, why, scenario))
     for arm, maximum in thresholds.max_invalid_rate.items():
         measured = sorted(level for s, a, level in stats if s == scenario and a == arm)

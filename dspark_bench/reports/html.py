@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -268,7 +269,8 @@ def _verdicts(results: RunResults, records: pd.DataFrame, summary: pd.DataFrame)
     return [f"<h2>Verdict against {esc(REFERENCE_ARM)} (effective JSON throughput)</h2><ul class='verdict'>{''.join(lines)}</ul>"]
 
 
-def render_html(results: RunResults, out_path: Path) -> Path:
+def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()) -> Path:
+    """The run's page; ``history``: its history panel (``reports.history.history_panel``), when a store had one."""
     summary = summary_frame(results)
     esc = html.escape
     status = '<span class="ok">complete</span>' if results.complete else f'<span class="bad">INCOMPLETE: {esc(str(results.error))}</span>'
@@ -291,7 +293,7 @@ def render_html(results: RunResults, out_path: Path) -> Path:
     records = load_records(out_path.parent)
     all_records = load_records(out_path.parent, include_warmup=True)
     detail = levels_frame(results)
-    parts[2:2] = _verdicts(results, records, summary)
+    parts[2:2] = [*_verdicts(results, records, summary), *history]
     # scenario names as the levels record them (a dataset's name is its file's stem, not the path given)
     for scenario in sorted({level.scenario for level in results.levels}):
         for base in ("baseline", "baseline-constrained"):

@@ -8,13 +8,10 @@ folder; both servers are stopped, as whole process groups, when the context exit
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import secrets
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +22,8 @@ import httpx
 from dspark_bench.loadtests.config import REPO_ROOT
 from dspark_bench.loadtests.deploy.base import log_tail
 from dspark_bench.loadtests.deploy.local import free_port
+
+from .postgres_server import PostgresServer, PostgresUnavailable, running_postgres
 
 
 class GPUStackUnavailable(RuntimeError):
@@ -46,18 +45,6 @@ def gpustack_binary() -> Path:
     return path
 
 
-def postgres_bin() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if not found:
-        raise GPUStackUnavailable("PostgreSQL server not found: `make test` installs Debian's postgresql (make gpustack)")
-    return Path(found[-1]).parent
-
-
-def _as_postgres(argv: list[str]) -> list[str]:
-    # initdb and postgres refuse to run as root; CI runs as root
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
-
-
 def _stop_group(process: subprocess.Popen) -> None:
     for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
         with contextlib.suppress(ProcessLookupError):
@@ -69,33 +56,23 @@ def _stop_group(process: subprocess.Popen) -> None:
             continue
 
 
-def _run(argv: list[str]) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise GPUStackUnavailable(f"{' '.join(argv)} failed ({done.returncode}): {(done.stderr or done.stdout).strip()}")
-
-
 @contextlib.contextmanager
 def running_gpustack(startup_timeout_s: float = 180.0) -> Iterator[GPUStackServer]:
-    binary, pg = gpustack_binary(), postgres_bin()
-    # not under pytest's tmp_path: its root-only parents would shut the postgres user out
-    workdir = Path(tempfile.mkdtemp(prefix="dspark-gpustack-"))
-    pg_dir, pg_port = workdir / "pg", free_port()
-    pg_dir.mkdir()
-    if os.geteuid() == 0:
-        shutil.chown(workdir, "postgres")
-        shutil.chown(pg_dir, "postgres")
-    _run(_as_postgres([str(pg / "initdb"), "-D", str(pg_dir), "-A", "trust", "-U", "postgres"]))
-    pg_options = f"-p {pg_port} -k {workdir} -c listen_addresses=127.0.0.1"
-    pg_ctl = [str(pg / "pg_ctl"), "-D", str(pg_dir), "-l", str(workdir / "postgres.log")]
-    _run(_as_postgres([*pg_ctl, "-o", pg_options, "-w", "start"]))
-    server = None
+    binary = gpustack_binary()
     try:
-        _run(_as_postgres([str(pg / "createdb"), "-h", "127.0.0.1", "-p", str(pg_port), "-U", "postgres", "gpustack"]))
+        with running_postgres("gpustack", prefix="dspark-gpustack-") as postgres:
+            yield from _gpustack_on(binary, postgres, startup_timeout_s)
+    except PostgresUnavailable as exc:
+        raise GPUStackUnavailable(str(exc)) from None
+
+
+def _gpustack_on(binary: Path, postgres: PostgresServer, startup_timeout_s: float) -> Iterator[GPUStackServer]:
+    workdir, server = postgres.workdir, None
+    try:
         password = "Bench-" + secrets.token_hex(8)
         port, api_port, metrics_port = free_port(), free_port(), free_port()
         log_path = workdir / "gpustack.log"
-        argv = [str(binary), "start", "--database-url", f"postgresql://postgres@127.0.0.1:{pg_port}/gpustack",
+        argv = [str(binary), "start", "--database-url", postgres.url("gpustack"),
                 "--gateway-mode", "disabled", "--disable-worker", "--data-dir", str(workdir / "data"),
                 "--port", str(port), "--api-port", str(api_port), "--metrics-port", str(metrics_port),
                 "--bootstrap-password", password, "--disable-builtin-observability", "--disable-update-check"]  # fmt: skip
@@ -122,5 +99,3 @@ def running_gpustack(startup_timeout_s: float = 180.0) -> Iterator[GPUStackServe
     finally:
         if server is not None:
             _stop_group(server)
-        subprocess.run(_as_postgres([*pg_ctl, "-m", "fast", "stop"]), capture_output=True)
-        shutil.rmtree(workdir, ignore_errors=True)

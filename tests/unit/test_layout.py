@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "dspark_bench"
 # Each part may import only the parts after it in this list (and itself).
-LAYERS = ["cli", "reports", "loadtests", "scenarios", "engine_patch"]
+LAYERS = ["cli", "reports", "store", "loadtests", "scenarios", "engine_patch"]
 SHARED = {"dspark_bench.files"}  # the one YAML loader, beneath every part but the engine patch
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import locust  # noqa: F401 - gevent patches sockets first
 
 from dspark_bench.loadtests import locustfile
-from dspark_bench.loadtests.config import load_config
-from dspark_bench.loadtests.openai_api import LOCUST_FLAGS, RequestSettings, settings_from_locust_options
+from dspark_bench.loadtests.config import load_config, settings
+from dspark_bench.loadtests.openai_api import CONFIG_FIELDS, LOCUST_FLAGS, RequestSettings, settings_from_locust_options
 from dspark_bench.loadtests.ui import locust_command
 from dspark_bench.scenarios import Mode
 
@@ -30,14 +30,16 @@ def test_ui_hands_locust_every_request_setting_the_config_gives():
     options = _locustfile_options(command)
     read_back = settings_from_locust_options(options, options.served_model, Mode(options.mode), {})
     assert read_back == config.request_settings("baseline-constrained", "served", {})
-    assert read_back.temperature == 0.3 and read_back.timeout_s == 9.0 and read_back.max_tokens == 77
+    assert read_back.temperature == 0.3 and read_back.request_timeout_s == 9.0 and read_back.max_tokens == 77
 
 
-def test_every_request_setting_a_config_decides_has_a_locust_flag():
-    """model, mode and headers come from --served-model, --mode and --api-key-env; every other field of
-    RequestSettings must cross the command line, or ``ui`` would send the default instead."""
-    own_flags = {"model", "mode", "headers"}
-    assert set(RequestSettings.__dataclass_fields__) - own_flags == set(LOCUST_FLAGS)
+def test_every_request_setting_a_config_decides_is_a_run_setting_with_a_locust_flag():
+    """model, mode and headers come from the deployed arm (--served-model, --mode, --api-key-env); every
+    other field of RequestSettings is the run setting of the same name and crosses the command line, or
+    ``ui`` would send the default instead."""
+    assert set(RequestSettings.__dataclass_fields__) - {"model", "mode", "headers"} == set(CONFIG_FIELDS) == set(LOCUST_FLAGS)
+    assert set(CONFIG_FIELDS) <= set(settings())
+    assert LOCUST_FLAGS["request_timeout_s"] == "--request-timeout"
 
 
 def test_request_settings_survive_a_worker_message():
