@@ -7,7 +7,7 @@
 #   make gate      CI regression gate: a short paired sweep checked against benchmarks/gate/thresholds.yaml
 #   make bench-dspark  the engine patch's full benchmark (5 arms, 200 requests per level, ~30 min)
 #   make equality  DSpark's answers against stock vLLM's, token for token -> benchmarks/dspark/equality/
-#   make history   runs recorded in the run store (runs/runs.sqlite), one block per machine kind
+#   make history   runs in the run store (runs/runs.sqlite, the committed runs imported), one block per machine kind
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -68,7 +68,9 @@ equality: install
 ui: install
 	$(VENV)/bin/dspark-bench ui $(UI_ARGS)
 
+# The committed runs are imported first (a run already in the store is skipped), so a fresh clone has history.
 history: install
+	$(VENV)/bin/dspark-bench store import benchmarks/ >/dev/null
 	$(VENV)/bin/dspark-bench history $(HISTORY_ARGS)
 
 # GATE_ARGS="--run runs/X" checks a saved run instead of running the short sweep; "--against history" takes
