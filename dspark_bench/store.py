@@ -117,10 +117,15 @@ class RatioRow:
     high: float | None
     repeats: int
 
+    @property
+    def key(self) -> tuple[str, float, str, str]:
+        """What a ratio is comparable across runs by: scenario, level, arm and the arm it is taken against."""
+        return self.scenario, self.level, self.arm, self.against
+
 
 @dataclass(frozen=True)
 class HistoryRow:
-    """A stored run's ratio at one scenario, level and arm."""
+    """One stored run (identity, name, when, complete, machine kind, source) and one of its ratios."""
 
     run_id: str
     name: str
@@ -128,13 +133,7 @@ class HistoryRow:
     complete: bool
     machine_kind: str
     source: str
-    scenario: str
-    level: float
-    arm: str
-    against: str
-    ratio: float
-    low: float | None
-    high: float | None
+    measured: RatioRow
 
 
 def store_url(given: str | None, runs_dir: str | Path = "runs") -> str:
@@ -349,12 +348,8 @@ def _history_row(row: Any) -> HistoryRow:
         complete=bool(row["complete"]),
         machine_kind=row["machine_kind"] or "",
         source=row["source"] or "",
-        scenario=row["scenario"],
-        level=float(row["level"]),
-        arm=row["arm"],
-        against=row["against"],
-        ratio=float(row["ratio"]),
-        low=row["low"],
-        high=row["high"],
+        measured=RatioRow(
+            row["scenario"], float(row["level"]), row["arm"], row["against"], float(row["ratio"]), row["low"], row["high"], row["repeats"]
+        ),
     )
 

@@ -235,7 +235,7 @@ def _scenario_checks(
             limit = minimum * (1 - _margin(thresholds, base))
             why = f"limit for CPU class {machine_class}"
             if history is not None:
-                earlier = [r.ratio for r in history if (r.scenario, r.level, r.arm, r.against) == (scenario, level, arm, thresholds.against)]
+                earlier = [r.measured.ratio for r in history if r.measured.key == (scenario, level, arm, thresholds.against)]
                 if (from_history := history_limit(earlier, thresholds.noise_margin)) is not None:
                     limit = from_history[0]
                     why = f"from {len(earlier)} earlier runs of this machine kind: median {statistics.median(earlier):.2f}x less {from_history[1]:.0%}"

@@ -64,10 +64,10 @@ def standings(ratios: Sequence[RatioRow], history: Sequence[HistoryRow]) -> list
     """Each ratio of this run against the same (scenario, level, arm, reference) in ``history``. Pure."""
     earlier: dict[tuple[str, float, str, str], list[float]] = defaultdict(list)
     for row in history:
-        earlier[(row.scenario, row.level, row.arm, row.against)].append(row.ratio)
+        earlier[row.measured.key].append(row.measured.ratio)
     out = []
     for r in ratios:
-        values = earlier.get((r.scenario, r.level, r.arm, r.against), [])
+        values = earlier.get(r.key, [])
         median = statistics.median(values) if values else None
         out.append(Standing(r.scenario, r.level, r.arm, r.ratio, len(values), median, min(values, default=None), max(values, default=None)))
     return out
@@ -97,11 +97,12 @@ def format_history(rows: Sequence[HistoryRow]) -> str:
         lines.append(f"machine: {kind}  ({runs} run{'s' if runs != 1 else ''})")
         lines.append(f"  {'started':25}  {'run':28}  {'source':6}  {'scenario':18}  {'level':>6}  {'arm':22}  {'ratio':>6}  interval")
         for row in part:
-            interval = f"{row.low:.2f}-{row.high:.2f}" if row.low is not None and row.high is not None else "-"
+            r = row.measured
+            interval = f"{r.low:.2f}-{r.high:.2f}" if r.low is not None and r.high is not None else "-"
             state = "" if row.complete else "  (incomplete)"
             lines.append(
-                f"  {row.started[:25]:25}  {row.name[:28]:28}  {row.source[:6]:6}  {row.scenario[:18]:18}  {row.level:>6g}  "
-                f"{row.arm[:22]:22}  {row.ratio:>5.2f}x  {interval} vs {row.against}{state}"
+                f"  {row.started[:25]:25}  {row.name[:28]:28}  {row.source[:6]:6}  {r.scenario[:18]:18}  {r.level:>6g}  "
+                f"{r.arm[:22]:22}  {r.ratio:>5.2f}x  {interval} vs {r.against}{state}"
             )
     return "\n".join(lines)
 

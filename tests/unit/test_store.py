@@ -109,8 +109,7 @@ def _with_history_rows(values):
     from dspark_bench.store import HistoryRow
 
     ratio = run_ratios(load_results(REFERENCE))[0]
-    return [HistoryRow(f"r{i}", "n", "t", True, "k", "bench", ratio.scenario, ratio.level, ratio.arm, ratio.against, v, None, None)
-            for i, v in enumerate(values)]  # fmt: skip
+    return [HistoryRow(f"r{i}", "n", "t", True, "k", "bench", replace(ratio, ratio=v)) for i, v in enumerate(values)]
 
 
 def test_a_run_report_shows_where_it_stands_and_records_it(store_url, tmp_path, capsys):
