@@ -3,7 +3,8 @@
     dspark-bench bench --scenario my-requests.jsonl
 
 Files: JSON Lines (``.jsonl``), JSON (``.json``: a list of lines, or one JSONSchemaBench entry), CSV
-(``.csv``), a folder of JSONSchemaBench entries, or a scenario YAML with ``dataset: PATH``. Each line:
+(``.csv``), a folder of JSONSchemaBench entries, or a scenario YAML with ``dataset: PATH``; UTF-8, with or
+without a byte-order mark. Each line:
 
 - ``messages`` (OpenAI chat messages) or ``prompt`` (one user message): required, one of them;
 - ``schema``: a JSON Schema the answer must meet (json_schema mode sends it; every mode checks it);
@@ -16,7 +17,9 @@ becomes one request: a prompt made from the schema, json_schema mode, the verdic
 
 Validation uses what each line gives: parse, then schema, then ground truth. A line is JSON when it
 gives a schema, a JSON response_format or a JSON answer; otherwise its answer is free text. A bad line
-stops loading with its number, the field and the fix. Requests cycle through the lines in file order.
+stops loading with its number, the field and the fix, schemas included: one that would break validation
+later (a ``$ref`` that does not resolve, or loops, or a schema nested too deep) is refused before the run.
+Requests cycle through the lines in file order.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 from dspark_bench.scenarios.spec import Example, Mode, Sample, Scenario, ScenarioError, Split, check_schema
 
 SUFFIXES = (".jsonl", ".json", ".csv")
+ENCODING = "utf-8-sig"  # UTF-8, with or without the byte-order mark Excel and many Windows tools write
 KNOWN_FIELDS = ("messages", "prompt", "schema", "response_format", "answer", "max_tokens", "tags", "description", "meta")
 ROLES = {"system", "user", "assistant", "developer", "tool"}
 # Dataset lines repeat, so both splits name all of them; nothing is trained on a dataset.
@@ -62,7 +66,7 @@ def _rows(path: Path) -> list[tuple[int, Any]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         rows = []
-        for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for number, text in enumerate(path.read_text(encoding=ENCODING).splitlines(), start=1):
             if not text.strip():
                 continue
             try:
@@ -75,14 +79,14 @@ def _rows(path: Path) -> list[tuple[int, Any]]:
         if isinstance(data, list):
             return [(index, row) for index, row in enumerate(data, start=1)]
         return [(1, data)]
-    with path.open(encoding="utf-8", newline="") as f:  # CSV: a header row, then one request per row
+    with path.open(encoding=ENCODING, newline="") as f:  # CSV: a header row, then one request per row
         reader = csv.DictReader(f)
         return [(number, _csv_row(path, number, row)) for number, row in enumerate(reader, start=2)]
 
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding=ENCODING))
     except ValueError as exc:
         raise ScenarioError(path, "(file)", f"not JSON ({exc})", "write a JSON list of requests, or use .jsonl") from None
 
@@ -159,10 +163,9 @@ def _request(path: Path, number: int, raw: Any) -> dict[str, Any]:
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         raise _line_error(path, number, "max_tokens", f"{max_tokens!r} is not a positive integer", 'write "max_tokens": 256')
     tags = raw.get("tags") or []
-    if isinstance(tags, str):
-        tags = [tags]
-    if not isinstance(tags, list) or not all(isinstance(t, str | int) for t in tags):
-        raise _line_error(path, number, "tags", "not a list of labels", 'write "tags": ["invoices", "long"]')
+    if not isinstance(tags, list) or not all(isinstance(t, str | int) and not isinstance(t, bool) for t in tags):
+        example = json.dumps([tags] if isinstance(tags, str) else ["invoices", "long"])
+        raise _line_error(path, number, "tags", f"{json.dumps(tags)[:60]} is not a list of labels", f'write "tags": {example}')
     answer = raw.get("answer")
     is_json = (
         schema is not None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 DEFS_DIR = Path(__file__).parent / "defs"
 
@@ -229,17 +230,138 @@ def _resolve_generator(path: Path, ref: Any) -> GeneratorFn:
     return func
 
 
+MAX_SCHEMA_DEPTH = 64  # nesting of a schema's own objects and lists; deeper ones are refused before the run
+
+
 def check_schema(schema: Any, source: str | Path, field_name: str) -> None:
-    """Raise ScenarioError unless ``schema`` is a valid JSON Schema (draft 2020-12)."""
+    """Raise ScenarioError unless ``schema`` is a valid JSON Schema (draft 2020-12) that validation can use
+    offline: every ``$ref`` resolves inside it, no ``$ref`` loops back to itself without a value in between
+    (validation would recurse for ever), and it nests less than MAX_SCHEMA_DEPTH deep."""
     from jsonschema import Draft202012Validator, SchemaError
 
     if not isinstance(schema, dict):
         raise ScenarioError(source, field_name, "schema is not a mapping", "give a JSON Schema object")
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        raise ScenarioError(source, field_name, f"nests deeper than {MAX_SCHEMA_DEPTH} levels", "flatten it with $defs and $ref")
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise ScenarioError(source, field_name, f"invalid JSON Schema at {where}: {exc.message}", "correct the schema") from None
+    except RecursionError:
+        raise ScenarioError(source, field_name, "too deeply nested to check", "flatten it with $defs and $ref") from None
+    if problem := ref_problem(schema):
+        raise ScenarioError(source, field_name, problem, "point every $ref at a part of this schema (#/$defs/...) that is not a loop of $refs")
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value``'s objects and lists nest, without recursion (a hostile schema may nest thousands deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+# Keywords whose subschemas apply to the same instance: a $ref reached through only these consumes no part
+# of the value, so a path of them back to a schema is a loop validation never leaves.
+_IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "dependentSchemas")
+
+
+def ref_problem(schema: dict[str, Any]) -> str | None:
+    """Why ``schema``'s ``$ref``s would break validation: one that does not resolve inside the schema (remote
+    ones included: validation runs offline), or a loop of them; None when there is none. Pure."""
+    anchors = {}  # plain-name fragments: $anchor (2019-09 on), and "$id"/"id": "#name" (drafts 4 to 7)
+    for node in _subschemas(schema):
+        if isinstance(node.get("$anchor"), str):
+            anchors[node["$anchor"]] = node
+        for key in ("$id", "id"):
+            if isinstance(node.get(key), str) and node[key].startswith("#") and len(node[key]) > 1:
+                anchors[node[key][1:]] = node
+
+    def target(ref: str) -> Any:
+        if not ref.startswith("#"):
+            return None
+        fragment = unquote(ref[1:])
+        if fragment and not fragment.startswith("/"):
+            return anchors.get(fragment)
+        node: Any = schema
+        for part in fragment.split("/")[1:] if fragment else ():
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node
+
+    for node in _subschemas(schema):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not isinstance(target(ref), dict | bool):
+            return f"$ref {ref!r} does not resolve inside the schema" + ("" if ref.startswith("#") else " (no remote references: validation runs offline)")
+
+    def in_place(node: dict[str, Any]) -> list[Any]:
+        found: list[Any] = []
+        for key in _IN_PLACE:
+            value = node.get(key)
+            if key == "$ref" and isinstance(value, str):
+                found.append(target(value))
+            elif key == "dependentSchemas" and isinstance(value, dict):
+                found.extend(value.values())
+            elif isinstance(value, list):
+                found.extend(value)
+            elif isinstance(value, dict):
+                found.append(value)
+        return [child for child in found if isinstance(child, dict)]
+
+    done: set[int] = set()
+    for start in _subschemas(schema):
+        if id(start) in done:
+            continue
+        path, stack = [start], [iter(in_place(start))]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                done.add(id(path.pop()))
+                stack.pop()
+            elif any(child is node for node in path):
+                return f"$ref loop: {child.get('$ref') or 'a subschema'} leads back to itself without validating any part of the value"
+            elif id(child) not in done:
+                path.append(child)
+                stack.append(iter(in_place(child)))
+    return None
+
+
+# Where a schema holds subschemas: keyword -> a schema, a list of them, or a mapping of names to them.
+_SCHEMA_KEYWORDS = {
+    **dict.fromkeys(("not", "if", "then", "else", "items", "contains", "additionalProperties", "additionalItems",
+                     "unevaluatedProperties", "unevaluatedItems", "propertyNames"), "one"),
+    **dict.fromkeys(("allOf", "anyOf", "oneOf", "prefixItems"), "list"),
+    **dict.fromkeys(("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"), "map"),
+}  # fmt: skip
+
+
+def _subschemas(schema: Any) -> list[dict[str, Any]]:
+    """Every subschema of ``schema`` (itself included), by its schema keywords only, without recursion:
+    a ``const`` or ``default`` value that looks like a schema is data, not a subschema."""
+    found, stack = [], [schema]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        found.append(node)
+        for key, kind in _SCHEMA_KEYWORDS.items():
+            value = node.get(key)
+            if kind == "one":
+                stack.append(value)
+            elif kind == "list" and isinstance(value, list):
+                stack.extend(value)
+            elif kind == "map" and isinstance(value, dict):
+                stack.extend(value.values())
+    return found
 
 
 def _smoke_test(scenario: Scenario) -> None:

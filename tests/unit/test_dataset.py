@@ -60,6 +60,13 @@ BAD_LINES = [
     ({"prompt": "x", "response_format": {"type": "json_schema"}}, "line 2: response_format"),
     ({"prompt": "x", "max_tokens": 0}, "line 2: max_tokens"),
     ({"prompt": "x", "tags": {"a": 1}}, "line 2: tags"),
+    ({"prompt": "x", "tags": "meeting"}, "line 2: tags"),  # a string, not a list: refused, with ["meeting"] as the fix
+    ({"prompt": "x", "schema": {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}}, "line 2: schema"),
+    ({"prompt": "x", "schema": {"$ref": "#"}}, "line 2: schema"),  # the shortest loop
+    ({"prompt": "x", "schema": {"allOf": [{"$ref": "#"}]}}, "line 2: schema"),
+    ({"prompt": "x", "schema": {"$ref": "#/$defs/missing"}}, "line 2: schema"),
+    ({"prompt": "x", "schema": {"$ref": "https://example.com/s.json"}}, "line 2: schema"),
+    ({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#"}}}}, "line 2: response_format"),
     ({"prompt": "x", "colour": "red"}, "line 2: colour"),
     ([1, 2], "line 2: (line)"),
 ]
@@ -98,3 +105,27 @@ def test_csv_json_list_jsonschemabench_and_yaml(tmp_path):
     yaml_path = tmp_path / "scenario.yaml"
     yaml_path.write_text("dataset: mine.json\nname: my_requests\n", encoding="utf-8")
     assert load_scenario(yaml_path).name == "my_requests"
+
+
+def test_a_recursive_schema_that_consumes_the_value_is_fine_and_a_byte_order_mark_is_read(tmp_path):
+    """A tree refers to itself through its children (each step validates a smaller value): no loop. A file
+    saved with a UTF-8 byte-order mark (Excel, many Windows tools) reads like any other."""
+    tree = {"type": "object", "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}},
+            "$defs": {"leaf": {"$ref": "#/$defs/node"}, "node": {"type": "string", "$anchor": "n"}, "by_anchor": {"$ref": "#n"},
+                      "by_old_id": {"$ref": "#legacy"}, "old": {"id": "#legacy", "type": "integer"}},
+            "default": {"$ref": "#/not/a/schema"}}  # fmt: skip
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"prompt": "a tree", "schema": tree, "answer": {"name": "r", "children": [{"name": "c"}]}}).encode())
+    assert next(load_scenario(path).samples(Split.EVAL, 1)).schema == tree
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbfprompt,tags\nhello,a;b\n")
+    assert next(load_scenario(tmp_path / "bom.csv").samples(Split.EVAL, 1)).tags == ("a", "b")
+
+
+def test_a_schema_nested_hundreds_deep_is_one_line_not_a_traceback(tmp_path):
+    deep: dict = {"type": "string"}
+    for _ in range(400):
+        deep = {"type": "object", "properties": {"x": deep}}
+    path = tmp_path / "deep.jsonl"
+    path.write_text(json.dumps({"prompt": "x", "schema": deep}) + "\n", encoding="utf-8")
+    with pytest.raises(ScenarioError, match="line 1: schema.*nests deeper"):
+        load_scenario(path)
