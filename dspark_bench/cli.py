@@ -25,7 +25,7 @@ from dspark_bench.reports.gate import GateError, evaluate, format_checks, load_t
 from dspark_bench.reports.history import HISTORY_RUNS, MIN_HISTORY, format_history, history_panel, run_ratios, standings
 from dspark_bench.reports.html import render_comparison
 from dspark_bench.reports.tables import format_summary, summary_frame
-from dspark_bench.store import STORE_ENV, STORE_FILE, RunStore, StoreError, run_id, safe_url, store_url
+from dspark_bench.store import STORE_ENV, STORE_FILE, RunStore, StoreError, runs_in, safe_url, store_url
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,12 +173,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     results = load_results(run_dir)
     history = None
     if args.against == "history":
-        with RunStore(store_url(args.store, args.output_dir)) as store:
-            history = store.history(
-                machine_kind=results.machine.kind, complete_only=True, exclude=[run_id(results)], last_runs=args.history_runs
-            )
-        runs = len({row.run_id for row in history})
-        print(f"gate: limits from {runs} earlier complete run(s) of {results.machine.kind} in {safe_url(store.url)}")
+        url = store_url(args.store, args.output_dir)
+        with RunStore(url) as store:
+            history = store.machine_history(results, args.history_runs)
+        print(f"gate: limits from {runs_in(history)} earlier complete run(s) of {results.machine.kind} in {safe_url(url)}")
     checks = evaluate(results, thresholds, reference, history)
     print("\n" + format_checks(checks))
     (run_dir / "gate.json").write_text(json.dumps([c.__dict__ for c in checks], indent=1), encoding="utf-8")
@@ -193,17 +191,15 @@ def _report(run_dir: Path, store: str | None = None, source: str = "bench") -> N
     results = load_results(run_dir)
     print(f"\nmachine: {results.machine.summary}")
     print(format_summary(summary_frame(results)))
-    ratios, panel, runs = run_ratios(results), [], None
+    panel: list[str] = []
     if store is not None:
         try:
             with RunStore(store) as opened:
-                earlier = opened.history(
-                    machine_kind=results.machine.kind, complete_only=True, exclude=[run_id(results)], last_runs=HISTORY_RUNS
-                )
+                earlier = opened.machine_history(results, HISTORY_RUNS)
+                ratios = run_ratios(results)
                 panel = history_panel(results.machine.kind, standings(ratios, earlier))
                 added = opened.record(results, ratios, source)
-                runs = len({row.run_id for row in earlier})
-            print(f"\nstore: {'recorded in' if added else 'already in'} {safe_url(store)} ({runs} earlier run(s) of this machine kind)")
+            print(f"\nstore: {'recorded in' if added else 'already in'} {safe_url(store)} ({runs_in(earlier)} earlier run(s) of this machine kind)")
         except StoreError as exc:
             print(
                 f"warning: {exc}; the run is complete in {run_dir}; record it later with: "

@@ -32,12 +32,13 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
+    func,
     select,
 )
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 
-from dspark_bench.loadtests.results import RunResults
+from dspark_bench.loadtests.results import LevelResult, RunResults
 
 STORE_ENV = "DSPARK_BENCH_STORE"
 STORE_FILE = "runs.sqlite"  # the default store, in the folder that holds the run folders
@@ -75,9 +76,9 @@ _levels = Table(
     Column("run_id", String(32), ForeignKey("dspark_runs.run_id", ondelete="CASCADE"), primary_key=True),
     Column("arm", String(128), primary_key=True),
     Column("scenario", String(256), primary_key=True),
+    Column("mode", String(32), primary_key=True),  # a Locust UI run may hold one user count under two modes
     Column("level", Float, primary_key=True),
     Column("repeat", Integer, primary_key=True),
-    Column("mode", String(32)),
     Column("valid", Boolean),  # LevelHealth.valid: None, the run predates the check
     Column("effective_tok_s", Float),
     Column("latency_p95_ms", Float),
@@ -121,6 +122,11 @@ class RatioRow:
     def key(self) -> tuple[str, float, str, str]:
         """What a ratio is comparable across runs by: scenario, level, arm and the arm it is taken against."""
         return self.scenario, self.level, self.arm, self.against
+
+
+def runs_in(rows: Iterable[HistoryRow]) -> int:
+    """How many runs some history rows come from."""
+    return len({row.run_id for row in rows})
 
 
 @dataclass(frozen=True)
@@ -217,10 +223,6 @@ class RunStore:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def has(self, identity: str) -> bool:
-        with self.engine.connect() as conn:
-            return conn.execute(select(_runs.c.run_id).where(_runs.c.run_id == identity)).first() is not None
-
     def record(self, results: RunResults, ratios: Sequence[RatioRow], source: str) -> bool:
         """Store one run, its levels and ratios in one transaction; False when it was there already."""
         identity = run_id(results)
@@ -230,7 +232,7 @@ class RunStore:
                     return False
                 conn.execute(_runs.insert().values(**_run_row(identity, results, source)))
                 if results.levels:
-                    conn.execute(_levels.insert(), [_level_row(identity, level) for level in _unique_levels(results)])
+                    conn.execute(_levels.insert(), [_level_row(identity, level) for level in results.levels])
                 if ratios:
                     conn.execute(_ratios.insert(), [{"run_id": identity, **asdict(r)} for r in ratios])
         except IntegrityError:
@@ -275,26 +277,22 @@ class RunStore:
         except SQLAlchemyError as exc:
             raise StoreError(f"store {safe_url(self.url)}: {_first_line(exc)}") from None
         if last_runs is not None:
-            keep = list(dict.fromkeys(row.run_id for row in rows))[-last_runs:] if last_runs > 0 else []
-            rows = [row for row in rows if row.run_id in set(keep)]
+            keep = set(list(dict.fromkeys(row.run_id for row in rows))[-last_runs:] if last_runs > 0 else [])
+            rows = [row for row in rows if row.run_id in keep]
         return rows
+
+    def machine_history(self, results: RunResults, last_runs: int) -> list[HistoryRow]:
+        """The ratios of the latest ``last_runs`` complete runs of ``results``'s machine kind, itself left out:
+        what its report panel and a gate against history compare it with."""
+        return self.history(machine_kind=results.machine.kind, complete_only=True, exclude=[run_id(results)], last_runs=last_runs)
 
     def run_count(self) -> int:
         with self.engine.connect() as conn:
-            return len(conn.execute(select(_runs.c.run_id)).all())
+            return int(conn.execute(select(func.count()).select_from(_runs)).scalar_one())
 
 
 def _first_line(exc: BaseException) -> str:
     return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-
-
-def _unique_levels(results: RunResults) -> list[Any]:
-    """A run's levels, one per (arm, scenario, level, repeat): a Locust UI run may hold the same user count
-    under two modes; the first is kept."""
-    seen: dict[tuple[str, str, float, int], Any] = {}
-    for level in results.levels:
-        seen.setdefault((level.arm, level.scenario, float(level.level), level.repeat), level)
-    return list(seen.values())
 
 
 def _run_row(identity: str, results: RunResults, source: str) -> dict[str, Any]:
@@ -323,7 +321,7 @@ def _run_row(identity: str, results: RunResults, source: str) -> dict[str, Any]:
     }
 
 
-def _level_row(identity: str, level: Any) -> dict[str, Any]:
+def _level_row(identity: str, level: LevelResult) -> dict[str, Any]:
     return {
         "run_id": identity,
         "arm": level.arm,

@@ -41,7 +41,7 @@ class Setting:
     ui: bool = True  # ``ui`` honours it, and offers its flag too; False: it has no meaning under the web UI
     choices: tuple[str, ...] | None = None
     parse: Callable[[str], Any] | None = None  # a flag's text -> the value; default: by ``kind``, lists comma-separated
-    repeatable: bool = False  # the flag may be given many times; ``parse`` gives (key, value) pairs of a mapping
+    repeatable: bool = False  # the flag may be given many times; ``parse`` (then required) gives a mapping's (key, value) pairs
     metavar: str | None = None  # the flag's value in --help
     flag_example: str | None = None  # the example as the flag's text, where it is not ``example`` without spaces
 
@@ -316,8 +316,6 @@ def validate_config(config: RunConfig) -> RunConfig:
     return replace(config, levels=levels, rates=tuple(float(r) for r in rates))
 
 
-
-
 def add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
     """The flags of every setting that has one (``ui``: those it honours), as text that ``flag_overrides``
     turns into values; the default is None, 'not given', so a config file's value stands."""
@@ -358,8 +356,8 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parse_flag(spec: Setting, text: Any) -> Any:
-    if spec.repeatable:
-        return dict(spec.parse(item) for item in text) if spec.parse else list(text)
+    if spec.parse is not None and spec.repeatable:
+        return dict(spec.parse(item) for item in text)
     if spec.parse is not None:
         return spec.parse(text)
     kind = spec.kind[-1] if isinstance(spec.kind, tuple) else spec.kind  # (int, float): read as float

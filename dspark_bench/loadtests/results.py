@@ -146,25 +146,19 @@ def _known(cls: type, raw: dict[str, Any]) -> Any:
     return cls(**{key: value for key, value in raw.items() if key in names})
 
 
-# Schema 1 kept a level's health inside its metrics, under these names.
-_V1_HEALTH = {
-    "level_valid": "valid",
-    "level_problems": "problems",
-    "incomplete": "incomplete",
-    "prefix_cache_reset": "prefix_cache_reset",
-    "client_cpu_s_per_request": "client_cpu_s_per_request",
-    "client_cpu_share": "client_cpu_share",
-    "other_cpu_s": "other_cpu_s",
-    "other_cpu_share": "other_cpu_share",
-    "idle_servers_cpu_share": "idle_servers_cpu_share",
-    "steal_share": "steal_share",
-}
+HEALTH_COLUMNS = tuple(f.name for f in fields(LevelHealth))  # levels_frame's columns for a level's health
+
+
+# Schema 1 kept a level's health inside its metrics, under LevelHealth's names but for these two.
+_V1_RENAMED = {"level_valid": "valid", "level_problems": "problems"}
 
 
 def _level(row: dict[str, Any], schema: int) -> LevelResult:
     metrics = dict(row["metrics"])
     if schema == 1:
-        health = {new: metrics.pop(old) for old, new in _V1_HEALTH.items() if old in metrics}
+        health = {
+            _V1_RENAMED.get(key, key): metrics.pop(key) for key in list(metrics) if _V1_RENAMED.get(key, key) in HEALTH_COLUMNS
+        }
         health["problems"] = [p for p in str(health.get("problems") or "").split("; ") if p]
     else:
         health = dict(row.get("health") or {})
@@ -241,9 +235,6 @@ def load_results(run_dir: str | Path) -> RunResults:
         raise ResultsError(f"{path}: {exc}") from None
 
 
-HEALTH_COLUMNS = tuple(f.name for f in fields(LevelHealth))  # levels_frame's columns for a level's health
-
-
 def levels_frame(results: RunResults) -> pd.DataFrame:
     """One row per (arm, scenario, mode, level, repeat): its metrics, its health (``HEALTH_COLUMNS``; problems
     joined by '; '), then its server counters as ``server:<name>``. Every column is there for every run."""
@@ -257,8 +248,7 @@ def levels_frame(results: RunResults) -> pd.DataFrame:
         row.update({f"server:{k}": v for k, v in level.server.items()})
         rows.append(row)
     columns = ["arm", "scenario", "mode", "level", "repeat", *(f.name for f in fields(LevelMetrics)), *HEALTH_COLUMNS]
-    frame = pd.DataFrame(rows, columns=list(dict.fromkeys([*columns, *(k for row in rows for k in row)])))
-    return frame
+    return pd.DataFrame(rows, columns=list(dict.fromkeys([*columns, *(k for row in rows for k in row)])))
 
 
 def by_repeat(rows: pd.DataFrame, column: str) -> dict[int, float]:

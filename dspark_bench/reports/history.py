@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dspark_bench.loadtests.arms import REFERENCE_ARM
-from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame
-from dspark_bench.reports.intervals import paired_ratio
+from dspark_bench.loadtests.results import RunResults, levels_frame
+from dspark_bench.reports.tables import ratios_to
 from dspark_bench.store import HistoryRow, RatioRow
 
 MIN_HISTORY = 3  # complete runs of a machine kind before history sets a limit
@@ -31,14 +31,11 @@ def run_ratios(results: RunResults, against: str = REFERENCE_ARM) -> list[RatioR
     frame = levels_frame(results)
     if frame.empty:
         return []
-    eff = {key: by_repeat(rows, "effective_tok_s") for key, rows in frame.groupby(["scenario", "level", "arm"])}
-    ratios = []
-    for (scenario, level, arm), mine in sorted(eff.items()):
-        if arm == against or (base := eff.get((scenario, level, against))) is None:
-            continue
-        if (paired := paired_ratio(base, mine)) is not None:
-            ratios.append(RatioRow(str(scenario), float(level), str(arm), against, paired.ratio, paired.low, paired.high, paired.repeats))
-    return ratios
+    return [
+        RatioRow(str(scenario), float(level), str(arm), against, paired.ratio, paired.low, paired.high, paired.repeats)
+        for (scenario, level, arm), paired in sorted(ratios_to(frame, against).items())
+        if arm != against
+    ]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import pandas as pd
 
 from dspark_bench.loadtests.arms import ORACLE_ARM, REFERENCE_ARM
 from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame
-from dspark_bench.reports.intervals import paired_ratio
+from dspark_bench.reports.intervals import PairedRatio, paired_ratio
 
 SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective tok/s over the reference arm's, same scenario and level
 EFFICIENCY_COLUMN = f"share of {ORACLE_ARM}"  # speculation efficiency: effective tok/s over the ceiling's
@@ -53,15 +53,22 @@ def summary_frame(results: RunResults) -> pd.DataFrame:
     return grouped.rename(columns=SUMMARY_COLUMNS)
 
 
-def _ratio_to(df: pd.DataFrame, grouped: pd.DataFrame, arm: str) -> list[float]:
-    """Each row's effective tok/s over ``arm``'s at the same scenario and level, paired by repeat (NaN where
-    ``arm`` has none)."""
+def ratios_to(df: pd.DataFrame, against: str) -> dict[tuple[str, float, str], PairedRatio]:
+    """Per (scenario, level, arm) of ``levels_frame`` rows: the arm's effective tok/s over ``against``'s at the
+    same scenario and level, paired by repeat; absent where ``against`` did not run there."""
     eff = {key: by_repeat(rows, "effective_tok_s") for key, rows in df.groupby(["scenario", "level", "arm"])}
-    out = []
-    for scenario, level, name in zip(grouped["scenario"], grouped["level"], grouped["arm"], strict=True):
-        paired = paired_ratio(eff.get((scenario, level, arm)), eff[(scenario, level, name)])
-        out.append(paired.ratio if paired is not None else float("nan"))
-    return out
+    ratios = {}
+    for (scenario, level, arm), mine in eff.items():
+        if (paired := paired_ratio(eff.get((scenario, level, against)), mine)) is not None:
+            ratios[(scenario, level, arm)] = paired
+    return ratios
+
+
+def _ratio_to(df: pd.DataFrame, grouped: pd.DataFrame, arm: str) -> list[float]:
+    """Each row's ratio to ``arm`` (``ratios_to``), NaN where ``arm`` has none."""
+    ratios = ratios_to(df, arm)
+    keys = zip(grouped["scenario"], grouped["level"], grouped["arm"], strict=True)
+    return [ratios[key].ratio if key in ratios else float("nan") for key in keys]
 
 
 def format_summary(summary: pd.DataFrame) -> str:
