@@ -8,6 +8,7 @@ Each module below replaces named internals of the supported vLLM (its ``REPLACES
 
 - ``grammar_counter``: counts grammar-forced tokens (structured-output manager);
 - ``speculation_gate``: drafts only where they pay, per request (scheduler, engine core);
+- ``grammar_drafts``: drafts of the text each request's grammar forces, for any schema (engine core);
 - ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
 - ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
 """
@@ -18,13 +19,14 @@ import json
 import os
 from pathlib import Path
 
-from dspark_bench.engine_patch import dflash_fixes, grammar_counter, no_draft_step, speculation_gate
+from dspark_bench.engine_patch import dflash_fixes, grammar_counter, grammar_drafts, no_draft_step, speculation_gate
 from dspark_bench.engine_patch.state import STATE_DIR_ENV, STATUS_ENV, engine_counters
 
 GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
+GRAMMAR_DRAFTS_ENV = "DSPARK_GRAMMAR_DRAFTS"  # "0": no drafts from the grammar's forced text
 TOUCHPOINTS: dict[str, tuple[str, ...]] = {
     module.__name__.rsplit(".", 1)[1]: (*module.REPLACES, *getattr(module, "READS", ()))
-    for module in (grammar_counter, speculation_gate, no_draft_step, dflash_fixes)
+    for module in (grammar_counter, speculation_gate, grammar_drafts, no_draft_step, dflash_fixes)
 }
 
 
@@ -40,6 +42,11 @@ def register() -> None:
         dflash_fixes.install()
     if facts.get("drafter", "off") != "off":
         no_draft_step.install()
+        gate = None
         if os.environ.get(GATE_ENV, "1") != "0":
-            speculation_gate.install(speculation_gate.SpeculationGate(counters))
+            gate = speculation_gate.SpeculationGate(counters)
+            speculation_gate.install(gate)
+        if os.environ.get(GRAMMAR_DRAFTS_ENV, "1") != "0":
+            verify_cost = (lambda: gate.relative_costs[0]) if gate is not None else (lambda: 0.0)
+            grammar_drafts.install(grammar_drafts.GrammarDrafter(counters, verify_cost))
     grammar_counter.install(grammar_counter.GrammarForcedCounter(counters))

@@ -66,6 +66,16 @@ class EngineCountsCollector:
             "Drafter runs while no request asked for drafts, to see whether drafts land again",
             value=counts.get("probe_steps", 0),
         )
+        yield CounterMetricFamily(
+            "dspark_grammar_draft_tokens",
+            "Draft tokens verified that were the grammar's forced text (no drafter pass)",
+            value=counts.get("grammar_draft_tokens", 0),
+        )
+        yield CounterMetricFamily(
+            "dspark_grammar_drafts_accepted",
+            "Of those, the ones the target accepted: output tokens that came from grammar drafts",
+            value=counts.get("grammar_drafts_accepted", 0),
+        )
 
 
 def status() -> dict[str, Any]:

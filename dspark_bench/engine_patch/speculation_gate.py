@@ -37,7 +37,7 @@ from dspark_bench.engine_patch.acceptance import (
     draft_budget,
     landed,
 )
-from dspark_bench.engine_patch.state import CONTEXT_IDS, EngineCounters
+from dspark_bench.engine_patch.state import CONTEXT_IDS, GRAMMAR_DRAFTED, EngineCounters
 
 REPLACES = (
     "vllm.v1.core.sched.scheduler:Scheduler.schedule",
@@ -142,11 +142,11 @@ class SpeculationGate:
         sampled: Sequence[Sequence[int]],
         requests: Mapping[str, Any],
     ) -> None:
-        """Record the step's verified drafts, resolve shadows whose tokens are written, forget finished requests."""
+        """Record the step's verified drafts (the learned drafter's), resolve shadows whose tokens are written, forget finished requests."""
         for request_id, scheduled in scheduled_drafts.items():
             index = index_of.get(request_id)
-            if index is None or index >= len(sampled):
-                continue
+            if index is None or index >= len(sampled) or getattr(requests.get(request_id), GRAMMAR_DRAFTED, False):
+                continue  # the grammar's drafts say nothing of the learned drafter's (grammar_drafts records them)
             drafted = sum(1 for token in scheduled if token >= 0)  # -1: a draft the grammar refused
             self.record(request_id, drafted, max(len(sampled[index]) - 1, 0))
         for request_id, shadow in list(self.shadows.items()):

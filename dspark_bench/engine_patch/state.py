@@ -14,22 +14,27 @@ SCHEMA_STATE_FILE = "schemas.json"  # written by the launcher's schema precompil
 COUNTER_GLOB = "engine-*.counters"  # one memory-mapped counters file per engine process
 # SchedulerOutput attribute (engine core -> worker): the requests whose context the drafter keeps (None: all)
 CONTEXT_IDS = "dspark_context_ids"
+# Request attribute (engine core): whether the drafts scheduled for its next step came from its grammar
+GRAMMAR_DRAFTED = "dspark_grammar_drafted"
 
 # The counters file's int64 slots, in order. Tokens: kept under a grammar, and of those the ones the
 # grammar forced (one allowed token). Steps: engine steps that ran the model, those after which the
-# drafter ran, and of those the probes (no request asked for drafts: speculation_gate). Then what a step
-# costs on this machine as the gate measured it (microseconds: fixed, per scheduled position, drafter pass).
+# drafter ran, and of those the probes (no request asked for drafts: speculation_gate). Drafts made from
+# the grammar's forced text (grammar_drafts): verified, and of those landed. Then what a step costs on this
+# machine as the gate measured it (microseconds: fixed, per scheduled position, drafter pass).
 COUNTERS = (
     "grammar_forced_tokens",
     "constrained_tokens",
     "engine_steps",
     "drafter_steps",
     "probe_steps",
+    "grammar_draft_tokens",
+    "grammar_drafts_accepted",
     "step_fixed_us",
     "step_per_position_us",
     "drafter_pass_us",
 )
-MEASURES = COUNTERS[5:]  # set, not summed: read_counters gives the largest over the engine processes
+MEASURES = ("step_fixed_us", "step_per_position_us", "drafter_pass_us")  # set, not summed: the largest over processes
 
 
 class EngineCounters:
@@ -59,13 +64,12 @@ def engine_counters(state_dir: str | os.PathLike) -> EngineCounters:
 def read_counters(state_dir: str | os.PathLike) -> dict[str, int]:
     """Every counter summed over the engine processes of one server (0 where none has counted)."""
     totals = np.zeros(len(COUNTERS), dtype=np.int64)
-    measured = len(COUNTERS) - len(MEASURES)
+    measured = np.array([name in MEASURES for name in COUNTERS])
     for path in Path(state_dir).glob(COUNTER_GLOB):
         values = np.zeros(len(COUNTERS), dtype=np.int64)
         found = np.fromfile(path, dtype=np.int64)[: len(COUNTERS)]
         values[: found.size] = found
-        totals[:measured] += values[:measured]
-        totals[measured:] = np.maximum(totals[measured:], values[measured:])
+        totals = np.where(measured, np.maximum(totals, values), totals + values)
     return {name: int(value) for name, value in zip(COUNTERS, totals, strict=True)}
 
 

@@ -18,6 +18,7 @@ TRACKED = (
     "vllm:prompt_tokens",
     "dspark_grammar_forced_tokens",  # the DSpark patch's: tokens its grammar pinned to one choice
     "dspark_constrained_tokens",  # ... out of the tokens generated under a grammar
+    "dspark_grammar_drafts_accepted",  # output tokens that came from drafts of the grammar's forced text
 )
 
 
@@ -61,6 +62,8 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
     forced, constrained = out.get("dspark_grammar_forced_tokens"), out.get("dspark_constrained_tokens")
     if constrained:
         out["grammar_forced_share"] = (forced or 0.0) / constrained
+    if (generated := out.get("vllm:generation_tokens")) and "dspark_grammar_drafts_accepted" in out:
+        out["grammar_draft_share"] = out["dspark_grammar_drafts_accepted"] / generated
     queries, hits = out.get("vllm:prefix_cache_queries"), out.get("vllm:prefix_cache_hits")
     if queries:
         out["prefix_cache_hit_rate"] = (hits or 0.0) / queries

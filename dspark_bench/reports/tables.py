@@ -29,10 +29,11 @@ SUMMARY_COLUMNS = {
     "stalled_stream_rate": "stalled streams",
     "achieved_concurrency": "achieved conc",
     "server:prefix_cache_hit_rate": "prefix hit",
+    "server:grammar_draft_share": "grammar drafts",
     "other_cpu_share": "other CPU",
     "wall_s": "wall s",
 }
-RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit")
+RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit", "grammar drafts")
 
 
 def summary_frame(results: RunResults) -> pd.DataFrame:

@@ -1,0 +1,238 @@
+"""Drafts that the request's own grammar forces, for any schema, at no model cost.
+
+After each step, in the engine-core process, a request under an xgrammar grammar asks its matcher for
+the *jump-forward string*: the text every answer must write next (the rest of a property name once its
+quote is open, a ``const``, the only key left...). That text is a draft that costs no drafter pass: spelt
+in the target's own tokens where it was seen writing that text before (``Spellings``), else tokenized by
+its tokenizer less the last token, which the target may write merged with what follows (``"`` then
+``:`` as one ``":``). The grammar walks the draft as it walks any draft
+(``validate_tokens``), so nothing it rejects is verified.
+
+The learned drafter knows how the target tokenizes, the grammar only what text is forced: where the
+drafter drafted at least as far, its drafts are kept; otherwise the grammar's are used. How many of a
+request's grammar drafts are verified follows their own acceptance and the machine's measured cost of
+a verified position (``acceptance.draft_budget`` with no drafting cost), so a machine where a verified
+position costs as much as a step verifies none.
+
+Whitespace: vLLM's JSON grammar lets the model put any whitespace between tokens, so outside strings
+little is forced; inside them, property names are. vLLM's ``disable_any_whitespace`` would force more,
+but it changes the answers (a comparison would have to give it to every arm alike) and xgrammar 0.2.8
+rejects this model's compact tokens under it (``serve.build``), so it is left to the user.
+
+Only vLLM's synchronous scheduling (the CPU's) runs ``EngineCore.post_step``; under async scheduling
+(GPU) no grammar drafts are made.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget
+from dspark_bench.engine_patch.state import GRAMMAR_DRAFTED, EngineCounters
+
+REPLACES = (
+    "vllm.v1.engine.core:EngineCore.post_step",
+    "vllm.v1.core.sched.scheduler:Scheduler.update_from_output",
+)
+READS = (
+    "vllm.v1.structured_output.backend_xgrammar:XgrammarGrammar.matcher",
+    "vllm.v1.structured_output:StructuredOutputManager.validate_tokens",
+    "vllm.v1.request:Request.num_tokens_with_spec",  # how the scheduler schedules the drafts set here
+    "vllm.config:SpeculativeConfig.num_speculative_tokens",
+)
+
+logger = logging.getLogger("dspark")
+
+
+def forced_tokens(forced: str, encode: Callable[[str], list[int]], longest: int) -> list[int]:
+    """The forced text as the target would write it, up to ``longest`` tokens: encoded on its own, less its
+    last token, which the target may write merged with the text after it."""
+    if not forced or longest <= 0:
+        return []
+    return encode(forced)[:-1][:longest]
+
+
+def merged(grammar: Sequence[int], drafter: Sequence[int]) -> tuple[list[int], bool]:
+    """The drafts to verify, and whether they are the grammar's: the learned drafter's where it drafted
+    at least as far (it knows how the target tokenizes the forced text), else the grammar's."""
+    if len(drafter) >= len(grammar):
+        return list(drafter), False
+    return list(grammar), True
+
+
+SPELLINGS = 4096  # forced texts whose spelling by the target is remembered, most recent first
+
+
+@dataclass
+class Spellings:
+    """How the target really wrote each forced text it was seen writing: its tokens, in its own split.
+
+    A small model need not write a property name as its tokenizer would encode it (the embedded one
+    writes ``i`` ``n`` ``voice`` where the tokenizer says ``in`` ``voice``), and it writes it the same
+    way again: requests of one workload share their schemas, so after the first answer the drafts of a
+    forced name are the target's own tokens. Kept per server, bounded (``SPELLINGS``)."""
+
+    known: OrderedDict[str, tuple[int, ...]] = field(default_factory=OrderedDict)
+
+    def get(self, forced: str) -> tuple[int, ...] | None:
+        if (spelled := self.known.get(forced)) is not None:
+            self.known.move_to_end(forced)
+        return spelled
+
+    def learn(self, forced: str, written: Sequence[int], text_of: Callable[[int], str]) -> bool:
+        """Remember the whole tokens of ``written`` (what the target wrote from where ``forced`` starts)
+        that spell a proper prefix of ``forced``, and the spelling of each shorter forced text they leave.
+        False while ``written`` is too short to tell; True once learnt."""
+        tokens: list[int] = []
+        pieces: list[str] = []
+        text = ""
+        for token in written:
+            piece = text_of(token)
+            if not piece or not forced.startswith(text + piece):
+                break  # this token runs past the forced text (merged with what follows it)
+            tokens.append(token)
+            pieces.append(piece)
+            text += piece
+        else:
+            if len(text) < len(forced):
+                return False
+        if text == forced:  # its last token ends the forced text: next time the target may merge it with what follows
+            tokens, pieces = tokens[:-1], pieces[:-1]
+        rest = forced
+        for i, piece in enumerate(pieces):
+            self.known[rest] = tuple(tokens[i:])
+            self.known.move_to_end(rest)
+            rest = rest[len(piece) :]
+        while len(self.known) > SPELLINGS:
+            self.known.popitem(last=False)
+        return True
+
+
+@dataclass
+class GrammarDrafter:
+    """Per request: the acceptance of its grammar drafts and the forced text it is writing; per server:
+    the target's spellings, and how many grammar drafts were verified and landed."""
+
+    counters: EngineCounters | None = None
+    verify_cost: Callable[[], float] = lambda: 0.0  # one more verified position, as a share of a step
+    history: dict[str, Acceptance] = field(default_factory=dict)
+    spellings: Spellings = field(default_factory=Spellings)
+    writing: dict[str, tuple[int, str]] = field(default_factory=dict)  # request -> (token index, forced text)
+
+    def budget(self, request_id: str, available: int) -> int:
+        acceptance = self.history.get(request_id) or Acceptance()
+        return draft_budget(acceptance.rate, available, self.verify_cost(), 0.0)
+
+    def propose(
+        self, request_id: str, forced: str, encode: Callable[[str], list[int]], drafter: Sequence[int], longest: int
+    ) -> tuple[list[int], bool]:
+        """This request's drafts for the next step (``drafter``: what the learned drafter proposed): the
+        target's own spelling of the forced text where it was seen, else the tokenizer's."""
+        spelled = self.spellings.get(forced)
+        grammar = list(spelled[:longest]) if spelled else forced_tokens(forced, encode, longest)
+        grammar = grammar[: self.budget(request_id, len(grammar))]
+        return merged(grammar, drafter)
+
+    def watch(self, request_id: str, start: int, forced: str) -> None:
+        """The request's tokens from ``start`` on must spell ``forced``: learn how, once written."""
+        self.writing.setdefault(request_id, (start, forced))
+
+    def written(self, request_id: str, tokens: Sequence[int], text_of: Callable[[int], str]) -> None:
+        """``tokens``: the request's tokens so far; learns the spelling of the forced text it was writing."""
+        if (watched := self.writing.get(request_id)) is not None:
+            start, forced = watched
+            if self.spellings.learn(forced, tokens[start:], text_of):
+                del self.writing[request_id]
+
+    def verified(self, request_id: str, drafted: int, accepted: int) -> None:
+        if drafted <= 0:
+            return
+        self.history.setdefault(request_id, Acceptance()).record(drafted, accepted)
+        if self.counters is not None:
+            self.counters.add("grammar_draft_tokens", drafted)
+            self.counters.add("grammar_drafts_accepted", min(accepted, drafted))
+
+    def forget(self, live: Mapping[str, Any]) -> None:
+        for table in (self.history, self.writing):
+            for request_id in [r for r in table if r not in live]:
+                del table[request_id]
+
+
+def jump_forward_string(request: Any) -> str:
+    """The text the request's grammar forces next; empty where it has no xgrammar matcher (yet)."""
+    structured = getattr(request, "structured_output_request", None)
+    matcher = getattr(getattr(structured, "grammar", None), "matcher", None)
+    if matcher is None or matcher.is_terminated():
+        return ""
+    return matcher.find_jump_forward_string()
+
+
+def install(drafter: GrammarDrafter) -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.core import EngineCore
+
+    if getattr(EngineCore.post_step, "_dspark_grammar", False):
+        return
+    post_step, update_from_output = EngineCore.post_step, Scheduler.update_from_output
+    broken = False
+    texts: dict[int, str] = {}  # each token's text, decoded once
+
+    def add_grammar_drafts(scheduler) -> None:
+        manager = scheduler.structured_output_manager
+        tokenizer = getattr(manager, "tokenizer", None)
+        spec = scheduler.vllm_config.speculative_config
+        if tokenizer is None or spec is None:
+            return
+        longest = int(spec.num_speculative_tokens)  # the worker's buffers hold no more
+
+        def encode(text: str) -> list[int]:
+            return tokenizer.encode(text, add_special_tokens=False)
+
+        def text_of(token: int) -> str:
+            if (text := texts.get(token)) is None:
+                text = texts[token] = tokenizer.decode([token])
+            return text
+
+        for request in scheduler.running:
+            setattr(request, GRAMMAR_DRAFTED, False)
+            if not request.use_structured_output or request.is_prefill_chunk or request.is_finished():
+                continue
+            drafter.written(request.request_id, request.all_token_ids, text_of)
+            forced = jump_forward_string(request)
+            if not forced:
+                continue
+            drafter.watch(request.request_id, request.num_tokens, forced)
+            drafts, from_grammar = drafter.propose(request.request_id, forced, encode, request.spec_token_ids, longest)
+            if from_grammar:
+                request.spec_token_ids = manager.validate_tokens(request, drafts)
+                setattr(request, GRAMMAR_DRAFTED, bool(request.spec_token_ids))
+
+    def with_grammar_drafts(self, model_executed):
+        nonlocal broken
+        post_step(self, model_executed)
+        if model_executed and not broken:
+            try:
+                add_grammar_drafts(self.scheduler)
+            except Exception as exc:  # drafts are an optimisation: never stop the engine for them
+                broken = True
+                logger.warning("DSpark: grammar drafts stopped: %r", exc)
+
+    def recorded(self, scheduler_output, model_runner_output):
+        outputs = update_from_output(self, scheduler_output, model_runner_output)
+        index_of, sampled = model_runner_output.req_id_to_index, model_runner_output.sampled_token_ids or []
+        for request_id, scheduled in scheduler_output.scheduled_spec_decode_tokens.items():
+            request = self.requests.get(request_id)
+            index = index_of.get(request_id)
+            if request is None or index is None or index >= len(sampled) or not getattr(request, GRAMMAR_DRAFTED, False):
+                continue
+            drafter.verified(request_id, sum(1 for token in scheduled if token >= 0), max(len(sampled[index]) - 1, 0))
+        drafter.forget(self.requests)
+        return outputs
+
+    with_grammar_drafts._dspark_grammar = True  # type: ignore[attr-defined]
+    EngineCore.post_step = with_grammar_drafts
+    Scheduler.update_from_output = recorded
