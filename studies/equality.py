@@ -1,10 +1,12 @@
 """Is DSpark lossless? Answers of the patched server against stock vLLM's, token for token.
 
-    python -m studies.equality [--prompts 100] [--arms dspark,dspark-structure] [--out benchmarks/dspark/equality]
+    python -m studies.equality [--prompts 100] [--arms dspark,dspark-structure] [--concurrency 1,8,64]
+        [--mode json_object|json_schema] [--out benchmarks/dspark/equality]
 
 Stock vLLM and each DSpark drafter run side by side on the embedded model; every scenario's first
-``--prompts`` held-out prompts go to each server one at a time (concurrency 1, temperature 0, the same
-``response_format``: ``json_object`` for JSON scenarios, ``text`` for free text). Stock answers carry
+``--prompts`` held-out prompts go to each server ``--concurrency`` at a time (temperature 0, the same
+``response_format``: ``--mode`` for JSON scenarios, ``text`` for free text). A scenario may be a dataset
+file (``examples/requests.jsonl``: each line's own schema and max_tokens). Stock answers carry
 their top-2 log-probabilities, so where an answer differs, the first differing token's top-2 gap on the
 stock server tells a floating-point near-tie (two tokens almost equally likely; batched verification
 rounds differently) from a real fault (a drafting or grammar error would differ where the model
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +33,7 @@ from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
 from dspark_bench.loadtests.deploy.servers import dspark_launcher, vllm_launcher
 from dspark_bench.loadtests.machine import machine_facts
-from dspark_bench.loadtests.openai_api import ask
+from dspark_bench.loadtests.openai_api import MAX_TOKENS, ask
 from dspark_bench.loadtests.server_metrics import delta, scrape
 from dspark_bench.scenarios import Mode, Split, load_scenario
 
@@ -40,7 +44,7 @@ SCENARIOS = ("order_extraction", "review_sentiment", "tool_call", "freeform_qa")
 # Below this top-2 gap (nats) two tokens are a near-tie: bf16 logits of a 13-position verification pass
 # and of a one-token step differ by about this much.
 NEAR_TIE_NATS = 0.1
-ANSWER_TIMEOUT_S = 300.0  # non-streaming, with log-probs: a whole answer at once on a busy machine
+ANSWER_TIMEOUT_S = 600.0  # non-streaming, with log-probs: a whole answer at once on a busy machine
 
 
 @dataclass(frozen=True)
@@ -72,17 +76,34 @@ REQUESTS = ("explicit", "default")
 
 
 def compare(
-    stock: Endpoint, patched: Endpoint, scenario_name: str, prompts: int, request: str = "explicit"
+    stock: Endpoint,
+    patched: Endpoint,
+    scenario_name: str,
+    prompts: int,
+    request: str = "explicit",
+    concurrency: int = 1,
+    mode: Mode = Mode.JSON_OBJECT,
 ) -> tuple[int, list[Difference]]:
+    """Each server gets the prompts ``concurrency`` at a time (stock first, then the patched one), so the
+    patched answers are made in batches as large as a benchmark level's."""
     scenario = load_scenario(scenario_name)
+    samples = list(scenario.samples(Split.EVAL, prompts))
+    formats = [sample.response_format(mode if sample.is_json else Mode.TEXT) for sample in samples]
+
+    def stock_answer(i: int) -> dict:
+        return ask(stock.base_url, stock.model, samples[i].messages, response_format=formats[i], timeout_s=ANSWER_TIMEOUT_S,
+                   max_tokens=samples[i].max_tokens or MAX_TOKENS, logprobs=True, top_logprobs=2)["choices"][0]  # fmt: skip
+
+    def patched_answer(i: int) -> str:
+        patched_format = None if request == "default" else formats[i]  # default: the patch picks json_object
+        return ask(patched.base_url, patched.model, samples[i].messages, response_format=patched_format, timeout_s=ANSWER_TIMEOUT_S,
+                   max_tokens=samples[i].max_tokens or MAX_TOKENS)["choices"][0]["message"]["content"] or ""  # fmt: skip
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        references = list(pool.map(stock_answer, range(len(samples))))
+        answers = list(pool.map(patched_answer, range(len(samples))))
     equal, differences = 0, []
-    for sample in scenario.samples(Split.EVAL, prompts):
-        response_format = sample.response_format(Mode.JSON_OBJECT if sample.is_json else Mode.TEXT)
-        reference = ask(stock.base_url, stock.model, sample.messages, response_format=response_format, timeout_s=ANSWER_TIMEOUT_S,
-                        logprobs=True, top_logprobs=2)["choices"][0]  # fmt: skip
-        patched_format = None if request == "default" else response_format  # default: the patch picks json_object
-        answer = ask(patched.base_url, patched.model, sample.messages, response_format=patched_format,
-                     timeout_s=ANSWER_TIMEOUT_S)["choices"][0]["message"]["content"] or ""  # fmt: skip
+    for sample, reference, answer in zip(samples, references, answers, strict=True):
         steps = reference["logprobs"]["content"]
         if reference["finish_reason"] == "stop" and steps and not reference["message"]["content"].endswith(steps[-1]["token"]):
             steps = steps[:-1]  # the end-of-sequence token: scored, never part of the text
@@ -120,24 +141,26 @@ def render_markdown(results: dict) -> str:
     lines = [
         "# DSpark against stock vLLM: equal answers, token for token",
         "",
-        f"`python -m studies.equality --prompts {results['prompts']}` on {results['machine']['cpu']} "
+        f"`{results.get('command') or 'python -m studies.equality --prompts ' + str(results['prompts'])}` on {results['machine']['cpu']} "
         f"({results['machine']['cores']} cores), git {results['machine']['git_commit']}, {results['started']}.",
-        "Concurrency 1, temperature 0, max_tokens 512, the same response_format on both servers "
-        "(json_object for JSON scenarios, text for freeform_qa). A difference is a near-tie when the stock "
+        "Temperature 0, each prompt's own max_tokens (else 512), the same response_format on both servers "
+        "(the row's mode for JSON scenarios, text for free text), each server asked `c` prompts at a time. A difference is a near-tie when the stock "
         f"server's top-2 log-prob gap at the first differing token is below {NEAR_TIE_NATS} nats.",
         "",
         "Request `explicit`: that response_format on both; `default`: none on the patched server (its "
         "--response-format json supplies json_object).",
         "",
-        "| arm | scenario | request | prompts | equal | equal % | differences | near-ties | largest gap (nats) | mean acceptance length |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| arm | scenario | request | mode | c | prompts | equal | equal % | differences | near-ties | largest gap (nats) | mean acceptance length | grammar drafts verified |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["rows"]:
         gaps = [d["gap_nats"] for d in row["differences"]]
         ties = sum(g < NEAR_TIE_NATS for g in gaps)
         lines.append(
-            f"| {row['arm']} | {row['scenario']} | {row.get('request', 'explicit')} | {row['prompts']} | {row['equal']} | {100 * row['equal'] / row['prompts']:.1f} | "
-            f"{len(gaps)} | {ties} | {max(gaps) if gaps else '-'} | {_number(row.get('mean_acceptance_length'))} |"
+            f"| {row['arm']} | {row['scenario']} | {row.get('request', 'explicit')} | {row.get('mode', 'json_object')} | "
+            f"{row.get('concurrency', 1)} | {row['prompts']} | {row['equal']} | {100 * row['equal'] / row['prompts']:.1f} | "
+            f"{len(gaps)} | {ties} | {max(gaps) if gaps else '-'} | {_number(row.get('mean_acceptance_length'))} | "
+            f"{row.get('grammar_draft_tokens') or 0:.0f} |"
         )
     lines += ["", "## Every difference", ""]
     for row in results["rows"]:
@@ -158,8 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ARMS), help=f"DSpark arms to compare with stock vLLM ({', '.join(ARMS)})")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="scenarios (default: all four)")
     parser.add_argument("--requests", default=",".join(REQUESTS), help="explicit (same response_format), default (none on the patched server)")
+    parser.add_argument("--concurrency", default="1", help="requests in flight per server, one run each: e.g. 1,8,64 (default 1)")
+    parser.add_argument("--mode", default=Mode.JSON_OBJECT.value, choices=[Mode.JSON_OBJECT.value, Mode.JSON_SCHEMA.value],
+                        help="response_format of JSON scenarios (default json_object)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("benchmarks/dspark/equality"), help="where results go")
     args = parser.parse_args(argv)
+    try:
+        levels = [int(c) for c in args.concurrency.split(",") if c]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        parser.error(f"--concurrency {args.concurrency!r}: give whole numbers >= 1, e.g. 1,8,64")
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
     if unknown or args.prompts < 1:
@@ -175,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     specs = [ServerSpec("stock", str(DEFAULT_MODEL), "tiny-json", vllm_launcher(), common, env=env)]
     specs += [ServerSpec(arm, str(DEFAULT_MODEL), "tiny-json", dspark_launcher(), common, ARMS[arm], env) for arm in arms]
     deployer = LocalDeployer(args.out / "logs")
-    results = {"prompts": args.prompts, "started": datetime.now(UTC).isoformat(timespec="seconds"),
+    command = " ".join(["python -m studies.equality", *(argv if argv is not None else sys.argv[1:])])
+    results = {"prompts": args.prompts, "command": command, "started": datetime.now(UTC).isoformat(timespec="seconds"),
                "machine": machine_facts().as_dict(), "rows": []}  # fmt: skip
     try:
         endpoints = {e.arm: e for e in deployer.start_many(specs)}
@@ -184,16 +217,21 @@ def main(argv: list[str] | None = None) -> int:
                 for request in requests:
                     if request == "default" and not load_scenario(scenario).is_json:
                         continue  # free text has no default format to check
-                    before = scrape(endpoints[arm].base_url)
-                    equal, differences = compare(endpoints["stock"], endpoints[arm], scenario, args.prompts, request)
-                    # proof the drafts were there to get wrong: vLLM's mean acceptance length over these prompts
-                    acceptance = delta(before, scrape(endpoints[arm].base_url)).get("mean_acceptance_length")
-                    print(f"{arm:<18} {scenario:<18} {request:<8} {equal}/{args.prompts} equal, {len(differences)} differ, "
-                          f"mean acceptance length {acceptance or 0:.2f}", flush=True)  # fmt: skip
-                    results["rows"].append({"arm": arm, "scenario": scenario, "request": request, "prompts": args.prompts,
-                                            "equal": equal, "mean_acceptance_length": acceptance,
-                                            "differences": [asdict(d) for d in differences]})  # fmt: skip
-                    (args.out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
+                    for concurrency in levels:
+                        before = scrape(endpoints[arm].base_url)
+                        equal, differences = compare(endpoints["stock"], endpoints[arm], scenario, args.prompts, request,
+                                                     concurrency, Mode(args.mode))  # fmt: skip
+                        # proof the drafts were there to get wrong: vLLM's mean acceptance length over these prompts
+                        counters = delta(before, scrape(endpoints[arm].base_url))
+                        acceptance, grammar = counters.get("mean_acceptance_length"), counters.get("dspark_grammar_draft_tokens")
+                        print(f"{arm:<18} {scenario:<18} {request:<8} c={concurrency:<3} {equal}/{args.prompts} equal, "
+                              f"{len(differences)} differ, mean acceptance length {acceptance or 0:.2f}, "
+                              f"grammar drafts verified {grammar or 0:.0f}", flush=True)  # fmt: skip
+                        results["rows"].append({"arm": arm, "scenario": scenario, "request": request, "prompts": args.prompts,
+                                                "concurrency": concurrency, "mode": args.mode, "equal": equal,
+                                                "mean_acceptance_length": acceptance, "grammar_draft_tokens": grammar,
+                                                "differences": [asdict(d) for d in differences]})  # fmt: skip
+                        (args.out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
     finally:
         deployer.stop_all()
     (args.out / "RESULTS.md").write_text(render_markdown(results), encoding="utf-8")

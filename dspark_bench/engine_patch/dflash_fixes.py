@@ -14,11 +14,13 @@
   are skipped; drafts made later still see every earlier position.
 - Only the context that may be drafted from: tokens of requests the speculation gate calls dormant
   (``CONTEXT_IDS``) are not stored at all.
-- Context later, in one batch: a step that verified no drafts and asks for none keeps the target's
-  hidden states aside (``ContextBacklog``); the backlog is stored in one call before the drafter's
-  next pass, or once it holds ``BACKLOG_TOKENS``: larger matrix products, and no work at all while the
-  drafter is idle. Where a slot appears twice (its block freed and given to another request), the
-  later write wins, as it would have step by step.
+- Context later, in one batch: a step after which the drafter does not run keeps the target's hidden
+  states aside (``ContextBacklog``); the backlog is stored in one call before the drafter's next pass,
+  or once it holds ``BACKLOG_TOKENS``: larger matrix products, and no work at all while the drafter is
+  idle. Where a slot appears twice (its block freed and given to another request, or a position whose
+  draft was rejected and is written again by the next step), the later write wins, as it would have
+  step by step. A rejected draft's position is written again before any draft can read it: the
+  drafter reads context only below the request's length.
 """
 
 from __future__ import annotations
@@ -162,7 +164,6 @@ def defer_context_at_zero_drafts() -> None:
         if (
             isinstance(self.drafter, DFlashProposer)
             and scheduler_output.num_spec_tokens_to_schedule == 0
-            and not any(scheduler_output.scheduled_spec_decode_tokens.values())  # every token is context
             and aux is not None
         ):
             count = scheduler_output.total_num_scheduled_tokens

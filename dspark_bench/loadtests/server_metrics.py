@@ -18,7 +18,8 @@ TRACKED = (
     "vllm:prompt_tokens",
     "dspark_grammar_forced_tokens",  # the DSpark patch's: tokens its grammar pinned to one choice
     "dspark_constrained_tokens",  # ... out of the tokens generated under a grammar
-    "dspark_grammar_drafts_accepted",  # output tokens that came from drafts of the grammar's forced text
+    "dspark_grammar_draft_tokens",  # drafts of the grammar's forced text, verified
+    "dspark_grammar_drafts_accepted",  # ... and accepted: output tokens that came from them
 )
 
 

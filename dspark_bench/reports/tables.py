@@ -78,7 +78,7 @@ def format_summary(summary: pd.DataFrame) -> str:
     shown = summary.copy()
     for column in RATE_COLUMNS:
         if column in shown:
-            shown[column] = shown[column].map(lambda v: f"{v:.2%}")
+            shown[column] = shown[column].map(lambda v: "-" if v != v else f"{v:.2%}")  # NaN: the arm has no such counter
     return shown.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")
 
 
