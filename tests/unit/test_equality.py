@@ -23,5 +23,5 @@ def test_report_counts_near_ties():
     results = {"prompts": 100, "started": "t", "machine": {"cpu": "c", "cores": 2, "git_commit": "g"},
                "rows": [{"arm": "dspark", "scenario": "s", "prompts": 100, "equal": 98, "differences": [tie, fault]}]}  # fmt: skip
     page = render_markdown(results)
-    assert "| dspark | s | explicit | 100 | 98 | 98.0 | 2 | 1 | 5.0 | - |" in page and 0.02 < NEAR_TIE_NATS < 5.0
+    assert "| dspark | s | explicit | json_object | 1 | 100 | 98 | 98.0 | 2 | 1 | 5.0 | - | 0 |" in page and 0.02 < NEAR_TIE_NATS < 5.0
     assert "`r2` token 3" in page

@@ -25,7 +25,7 @@ from tests.made_results import NO_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((ROOT / "benchmarks").rglob("results.json"))
-STUDY_OUTPUTS = {"crosscheck", "equality", "equality-dflash"}  # their own formats: rows, not levels
+STUDY_OUTPUTS = {"crosscheck", "equality", "equality-dflash", "equality-grammar"}  # their own formats: rows, not levels
 
 
 def test_every_committed_run_loads_into_the_typed_model():
