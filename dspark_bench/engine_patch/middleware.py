@@ -38,44 +38,25 @@ VLLM_SPEC_COUNTERS = {
 }
 
 
+# The engine's counters on /metrics: (counter in state.COUNTERS, help); each as dspark_<counter>_total.
+EXPORTED_COUNTERS = (
+    ("grammar_forced_tokens", "Output tokens at positions where the request's grammar allowed exactly one token"),
+    ("constrained_tokens", "Output tokens generated under a grammar (JSON)"),
+    ("engine_steps", "Engine steps that ran the model"),
+    ("drafter_steps", "Engine steps after which the drafter ran (the rest: no running request's drafts were landing)"),
+    ("probe_steps", "Drafter runs while no request asked for drafts, to see whether drafts land again"),
+    ("grammar_draft_tokens", "Draft tokens verified that were the grammar's forced text (no drafter pass)"),
+    ("grammar_drafts_accepted", "Of those, the ones the target accepted: output tokens that came from grammar drafts"),
+)
+
+
 class EngineCountsCollector:
     """Prometheus collector for the counts the engine process keeps in DSPARK_STATE_DIR."""
 
     def collect(self):
         counts = engine_counts()
-        yield CounterMetricFamily(
-            "dspark_grammar_forced_tokens",
-            "Output tokens at positions where the request's grammar allowed exactly one token",
-            value=counts.get("grammar_forced_tokens", 0),
-        )
-        yield CounterMetricFamily(
-            "dspark_constrained_tokens",
-            "Output tokens generated under a grammar (JSON)",
-            value=counts.get("constrained_tokens", 0),
-        )
-        yield CounterMetricFamily(
-            "dspark_engine_steps", "Engine steps that ran the model", value=counts.get("engine_steps", 0)
-        )
-        yield CounterMetricFamily(
-            "dspark_drafter_steps",
-            "Engine steps after which the drafter ran (the rest: no running request's drafts were landing)",
-            value=counts.get("drafter_steps", 0),
-        )
-        yield CounterMetricFamily(
-            "dspark_probe_steps",
-            "Drafter runs while no request asked for drafts, to see whether drafts land again",
-            value=counts.get("probe_steps", 0),
-        )
-        yield CounterMetricFamily(
-            "dspark_grammar_draft_tokens",
-            "Draft tokens verified that were the grammar's forced text (no drafter pass)",
-            value=counts.get("grammar_draft_tokens", 0),
-        )
-        yield CounterMetricFamily(
-            "dspark_grammar_drafts_accepted",
-            "Of those, the ones the target accepted: output tokens that came from grammar drafts",
-            value=counts.get("grammar_drafts_accepted", 0),
-        )
+        for name, description in EXPORTED_COUNTERS:
+            yield CounterMetricFamily(f"dspark_{name}", description, value=counts.get(name, 0))
 
 
 def status() -> dict[str, Any]:

@@ -63,6 +63,17 @@ def _complete(endpoint, sample, response_format, max_tokens=512):
     return response.json()["choices"][0]["message"]["content"]
 
 
+def _examples_equal_to_stock(servers, arm: str, count: int) -> tuple[dict, dict]:
+    """The first ``count`` example lines (json_schema, 128 tokens) answered alike by ``arm`` and stock vLLM;
+    the arm's /dspark/status before and after."""
+    stock, patched = servers["stock"], servers[arm]
+    before = httpx.get(f"{patched.base_url}/dspark/status", timeout=10).json()
+    for sample in load_scenario(EXAMPLES).samples(Split.EVAL, count):
+        response_format = sample.response_format("json_schema")
+        assert _complete(patched, sample, response_format, 128) == _complete(stock, sample, response_format, 128)
+    return before, httpx.get(f"{patched.base_url}/dspark/status", timeout=10).json()
+
+
 def test_status_line_and_endpoint_say_what_is_on(servers):
     dspark = servers["dspark"]
     log = dspark.log_path.read_text()
@@ -141,13 +152,7 @@ def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(servers):
     """The shipped example dataset (invoices and tickets, each with its own schema) is a workload the
     drafter never saw: its drafts miss, so after judging each request the gate runs the drafter on
     few steps, and the answers stay stock vLLM's."""
-    stock, dspark = servers["stock"], servers["dspark"]
-    samples = list(load_scenario(EXAMPLES).samples(Split.EVAL, 4))
-    before = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
-    for sample in samples:
-        response_format = sample.response_format("json_schema")
-        assert _complete(dspark, sample, response_format, 128) == _complete(stock, sample, response_format, 128)
-    after = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
+    before, after = _examples_equal_to_stock(servers, "dspark", 4)
     steps = after["engine_steps"] - before["engine_steps"]
     drafted = after["drafter_steps"] - before["drafter_steps"]
     assert steps >= 4 * 20 and drafted / steps < 0.25  # without the gate the drafter runs after every step
@@ -156,17 +161,11 @@ def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(servers):
 def test_grammar_drafts_land_on_schemas_the_drafter_never_saw_and_answers_stay_stock(servers):
     """The text each request's grammar forces (property names) is drafted from the grammar alone, spelt
     as the target writes it once seen; it lands, and the answers stay stock vLLM's."""
-    stock, ungated = servers["stock"], servers["structure"]
-    samples = list(load_scenario(EXAMPLES).samples(Split.EVAL, 6))
-    before = httpx.get(f"{ungated.base_url}/dspark/status", timeout=10).json()
-    for sample in samples:
-        response_format = sample.response_format("json_schema")
-        assert _complete(ungated, sample, response_format, 128) == _complete(stock, sample, response_format, 128)
-    after = httpx.get(f"{ungated.base_url}/dspark/status", timeout=10).json()
+    before, after = _examples_equal_to_stock(servers, "structure", 6)  # the ungated server
     verified = after["grammar_draft_tokens"] - before["grammar_draft_tokens"]
     landed = after["grammar_drafts_accepted"] - before["grammar_drafts_accepted"]
     assert verified >= 20 and landed / verified > 0.4, (verified, landed)
-    metrics = scrape(ungated.base_url)
+    metrics = scrape(servers["structure"].base_url)
     assert metrics["dspark_grammar_drafts_accepted"] == after["grammar_drafts_accepted"]
 
 
