@@ -27,7 +27,7 @@ it had been verified. When no request drafts, the drafter does not run at all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,6 +79,18 @@ def draft_budget(rate: float, longest: int, verify_cost: float = VERIFY_COST, dr
         if value > best_value:
             best, best_value = n, value
     return best
+
+
+def verified_drafts(
+    scheduled: Mapping[str, Sequence[int]], index_of: Mapping[str, int], sampled: Sequence[Sequence[int]]
+) -> Iterator[tuple[str, int, int]]:
+    """Per request of a step that verified drafts: (request, drafts verified, drafts accepted). ``scheduled``:
+    the step's drafts per request (-1: one the grammar refused); ``sampled``: its tokens per request, by
+    ``index_of`` (the accepted drafts, then the bonus token)."""
+    for request_id, drafts in scheduled.items():
+        index = index_of.get(request_id)
+        if index is not None and index < len(sampled):
+            yield request_id, sum(1 for token in drafts if token >= 0), max(len(sampled[index]) - 1, 0)
 
 
 def landed(drafts: Sequence[int], written: Sequence[int]) -> int:

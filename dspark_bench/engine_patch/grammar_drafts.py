@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget
+from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget, verified_drafts
 from dspark_bench.engine_patch.state import GRAMMAR_DRAFTED, EngineCounters
 
 REPLACES = (
@@ -202,6 +202,8 @@ def install(drafter: GrammarDrafter) -> None:
             if not request.use_structured_output or request.is_prefill_chunk or request.is_finished():
                 continue
             drafter.written(request.request_id, request.all_token_ids, text_of)
+            if drafter.budget(request.request_id, longest) == 0:
+                continue  # not even one draft would pay at this batch: no grammar walk on this hot path
             forced = jump_forward_string(request)
             if not forced:
                 continue
@@ -223,13 +225,12 @@ def install(drafter: GrammarDrafter) -> None:
 
     def recorded(self, scheduler_output, model_runner_output):
         outputs = update_from_output(self, scheduler_output, model_runner_output)
-        index_of, sampled = model_runner_output.req_id_to_index, model_runner_output.sampled_token_ids or []
-        for request_id, scheduled in scheduler_output.scheduled_spec_decode_tokens.items():
-            request = self.requests.get(request_id)
-            index = index_of.get(request_id)
-            if request is None or index is None or index >= len(sampled) or not getattr(request, GRAMMAR_DRAFTED, False):
-                continue
-            drafter.verified(request_id, sum(1 for token in scheduled if token >= 0), max(len(sampled[index]) - 1, 0))
+        steps = verified_drafts(
+            scheduler_output.scheduled_spec_decode_tokens, model_runner_output.req_id_to_index, model_runner_output.sampled_token_ids or []
+        )
+        for request_id, drafted, accepted in steps:
+            if getattr(self.requests.get(request_id), GRAMMAR_DRAFTED, False):
+                drafter.verified(request_id, drafted, accepted)
         drafter.forget(self.requests)
         return outputs
 

@@ -36,6 +36,7 @@ from dspark_bench.engine_patch.acceptance import (
     StepCosts,
     draft_budget,
     landed,
+    verified_drafts,
 )
 from dspark_bench.engine_patch.state import CONTEXT_IDS, GRAMMAR_DRAFTED, EngineCounters
 
@@ -143,12 +144,9 @@ class SpeculationGate:
         requests: Mapping[str, Any],
     ) -> None:
         """Record the step's verified drafts (the learned drafter's), resolve shadows whose tokens are written, forget finished requests."""
-        for request_id, scheduled in scheduled_drafts.items():
-            index = index_of.get(request_id)
-            if index is None or index >= len(sampled) or getattr(requests.get(request_id), GRAMMAR_DRAFTED, False):
-                continue  # the grammar's drafts say nothing of the learned drafter's (grammar_drafts records them)
-            drafted = sum(1 for token in scheduled if token >= 0)  # -1: a draft the grammar refused
-            self.record(request_id, drafted, max(len(sampled[index]) - 1, 0))
+        for request_id, drafted, accepted in verified_drafts(scheduled_drafts, index_of, sampled):
+            if not getattr(requests.get(request_id), GRAMMAR_DRAFTED, False):  # grammar_drafts records those
+                self.record(request_id, drafted, accepted)
         for request_id, shadow in list(self.shadows.items()):
             request = requests.get(request_id)
             if request is None:
