@@ -49,6 +49,13 @@ def _add_arguments(parser) -> None:
         "--rate", type=float, default=0.0, help="open loop: requests per second, whatever the answers do (0: closed loop, one request per user at a time)"
     )
     group.add_argument("--arrival", default="poisson", choices=["poisson", "constant"], help="open loop: arrival process")
+    group.add_argument(
+        "--requests",
+        type=int,
+        default=0,
+        help="send this many requests, then end the swarm once their answers are in, as vllm bench's --num-prompts "
+        "(0: until --run-time or until stopped)",
+    )
 
 
 SINKS: dict[int, RecordSink] = {}  # per Environment: where this process's records go
@@ -71,7 +78,7 @@ def _sink_from_cli(environment, **_kwargs) -> None:
 
         runner.register_message(PLAN_MESSAGE, take_plan)
         return
-    folder = SINKS[id(environment)] = RunFolderSink(Path(options.run_dir))
+    folder = SINKS[id(environment)] = SwarmSink(RunFolderSink(Path(options.run_dir)), environment)
     if isinstance(runner, MasterRunner):
 
         def receive(msg, **_kw) -> None:  # Locust passes the message as msg=
@@ -102,6 +109,9 @@ def _plan_from_cli(environment, **_kwargs) -> None:
         message = f"{environment.host}/v1/models did not name a model ({type(exc).__name__}: {exc}); check the host, or give --served-model"
         _fail_swarm(environment, message)
         return
+    if options.requests < 0:
+        _fail_swarm(environment, f"--requests {options.requests}: give a number of requests, or 0 to run until stopped")
+        return
     start, stop = scenario.splits[Split.EVAL]
     mode = Mode(options.mode) if scenario.is_json else Mode.TEXT
     plan = LevelPlan(
@@ -110,10 +120,14 @@ def _plan_from_cli(environment, **_kwargs) -> None:
         request=settings_from_locust_options(options, model, mode, headers),
         samples=list(scenario.samples(Split.EVAL, min(1000, stop - start))),
         sink=SINKS[id(environment)],
-        count=None,
+        count=options.requests or None,
         arrivals=Arrivals(options.rate, options.arrival == "poisson") if options.rate else None,
         sample_source=(options.scenario, 0),
+        ticket_ids=True,
     )
+    sink = SINKS[id(environment)]
+    if isinstance(sink, SwarmSink):
+        sink.expect(plan.total)
     if isinstance(environment.runner, MasterRunner):
         PENDING[id(environment)] = plan  # sent once the workers have their users (spawning_complete)
     else:
@@ -140,6 +154,30 @@ def _withdraw_plan(environment, **_kwargs) -> None:
     if isinstance(environment.runner, MasterRunner):
         PENDING.pop(id(environment), None)
         environment.runner.send_message(PLAN_MESSAGE, None)
+
+
+class SwarmSink:
+    """The run folder of this process (alone, or the master of workers), which ends the swarm once the
+    records of all its requests are in (``--requests``): headless runs quit, the web UI stops the swarm."""
+
+    def __init__(self, folder: RunFolderSink, environment: Environment) -> None:
+        self.folder = folder
+        self.environment = environment
+        self.expected: int | None = None
+        self.written = 0
+
+    def expect(self, total: int | None) -> None:
+        self.expected, self.written = total, 0
+
+    def write(self, record: RequestRecord) -> None:
+        self.folder.write(record)
+        self.written += 1
+        if self.expected is not None and self.written == self.expected:
+            runner = self.environment.runner
+            gevent.spawn(runner.quit if self.environment.parsed_options.headless else runner.stop)
+
+    def close(self) -> None:
+        self.folder.close()
 
 
 def _fail_swarm(environment, message: str) -> None:

@@ -198,6 +198,15 @@ class LevelHealth:
     idle_servers_cpu_share: float | None = None  # of which the other arms' idle servers
     steal_share: float | None = None  # CPU time the hypervisor stole
 
+    @property
+    def load_problems(self) -> tuple[str, ...]:
+        """The problems of the load itself (concurrency, rate, the load generator), apart from the noise
+        beside it: what a test of the load generator on a shared machine may assert on."""
+        noise = {"other_cpu_share": self.other_cpu_share or 0.0, "steal_share": self.steal_share or 0.0}
+        noise["idle_servers_cpu_share"] = self.idle_servers_cpu_share or 0.0
+        beside = set(noise_problems(noise))
+        return tuple(problem for problem in self.problems if problem not in beside)
+
 
 def level_health(
     level: float,

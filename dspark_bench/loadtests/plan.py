@@ -80,6 +80,9 @@ class LevelPlan:
     slots: tuple[int, ...] = (0,)
     cycle: int = 1
     sample_source: tuple[str, int] | None = None  # (scenario, offset) the samples came from, for workers to rebuild
+    # Request ids name the worker and ticket too: Locust CLI and web UI runs, which may cycle through the
+    # samples in several worker processes (a sweep's level sends each of its samples once per arm).
+    ticket_ids: bool = field(default=False, metadata=WIRED)
     start_at: float | None = field(default=None, metadata=WIRED)  # open loop: when ticket 0 is due (workers share it); None: at the first ticket
     aborted: str | None = None
     records: list[RequestRecord] = field(default_factory=list)  # this level's completed requests, in order
@@ -125,6 +128,7 @@ class LevelPlan:
     @property
     def total(self) -> int | None:
         return None if self.count is None else self.warmup + self.count
+
 
     def finished(self) -> bool:
         return self.count is not None and self.completed >= self.warmup + self.count

@@ -162,8 +162,7 @@ class ChatCompletionsUser(User):
             scenario=sample.scenario,
             mode=request.mode.value,
             request_id=f"{sample.scenario}.{request.mode.value}.{'r' if plan.arrivals else 'c'}{level:g}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
-            # Locust UI runs cycle through the samples, maybe in several worker processes: keep ids unique.
-            + ("" if plan.count is not None else f".{worker_tag(self.environment)}.{index}"),
+            + (f".{worker_tag(self.environment)}.{index}" if plan.ticket_ids else ""),
             seed=sample.seed,
             repeat=plan.repeat,
             warmup=warmup,

@@ -99,6 +99,9 @@ def test_level_health_names_every_reason_a_level_is_not_a_measurement():
     assert not held_back.valid and len(held_back.problems) == 2 and "achieved concurrency 6.0 of 8" in held_back.problems[0]
     noisy = level_health(8, steady, {}, {"other_cpu_share": 0.3, "steal_share": 0.1}, None, False, None)
     assert not noisy.valid and len(noisy.problems) == 2 and noisy.other_cpu_share == 0.3
+    assert noisy.load_problems == () and held_back.load_problems == held_back.problems  # the load's own, noise apart
+    both = level_health(8, _metrics(achieved_concurrency=6.0), {}, {"steal_share": 0.1}, None, False, None)
+    assert len(both.problems) == 2 and both.load_problems == both.problems[:1]
     # an open loop is held to the rate its schedule asked for, not to the nominal one
     late = level_health(4.0, _metrics(achieved_rate=2.0, scheduled_rate=3.9), {}, {}, 4.0, False, None)
     on_time = level_health(4.0, _metrics(achieved_rate=3.6, scheduled_rate=3.8), {}, {}, 4.0, False, None)
