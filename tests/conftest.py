@@ -4,9 +4,8 @@ from gevent import monkey
 monkey.patch_all()  # as Locust does, but before anything imports ssl
 
 
-@pytest.fixture(scope="module")
-def fast_server():
-    """A fast fake OpenAI streaming server (tests/fake_stream_server.py): never the bottleneck."""
+def start_fake_stream_server(*args: str):
+    """tests/fake_stream_server.py on a free port, with ``args``: (its base URL, the process)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -15,8 +14,15 @@ def fast_server():
 
     port = free_port()
     script = Path(__file__).resolve().parent / "fake_stream_server.py"
-    process = subprocess.Popen([sys.executable, str(script), "--port", str(port)], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, str(script), "--port", str(port), *args], stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "ready"
-    yield f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{port}", process
+
+
+@pytest.fixture(scope="module")
+def fast_server():
+    """A fast fake OpenAI streaming server (tests/fake_stream_server.py): never the bottleneck."""
+    url, process = start_fake_stream_server()
+    yield url
     process.kill()
     process.wait()

@@ -2,7 +2,9 @@
 --token-ms milliseconds, --tokens per answer. Nothing like a model: a load generator's test bench, where
 the server is never the bottleneck, so any shortfall in concurrency is the client's.
 
-    python tests/fake_stream_server.py --port 8123 [--tokens 10] [--token-ms 20]
+    python tests/fake_stream_server.py --port 8123 [--tokens 10] [--token-ms 20] [--slots N]
+
+With ``--slots N`` it writes at most N answers at once and queues the rest: a server with a capacity.
 """
 
 import argparse
@@ -13,7 +15,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--tokens", type=int, default=10)
 parser.add_argument("--token-ms", type=float, default=20.0)
+parser.add_argument("--slots", type=int, default=0, help="answers written at once, the rest queued (0: no limit)")
 args = parser.parse_args()
+SLOTS = asyncio.Semaphore(args.slots) if args.slots else None
 
 
 def chunk(data: bytes) -> bytes:
@@ -54,7 +58,10 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             if length:
                 await reader.readexactly(length)
             path = head.split(b" ", 2)[1]
-            if path == b"/v1/chat/completions":
+            if path == b"/v1/chat/completions" and SLOTS is not None:
+                async with SLOTS:
+                    await answer(writer)
+            elif path == b"/v1/chat/completions":
                 await answer(writer)
             else:
                 body = b""

@@ -13,7 +13,7 @@ from dspark_bench.loadtests.arms import BUILTIN_ARMS, Arm
 from dspark_bench.loadtests.deploy.gpustack_spec import GPUStackSpecError, parse_settings
 from dspark_bench.loadtests.metrics import MIN_WAVES, SLO_KEYS
 from dspark_bench.loadtests.openai_api import CONFIG_FIELDS, MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE, RequestSettings
-from dspark_bench.scenarios import Mode, ScenarioError, builtin_names, load_scenario
+from dspark_bench.scenarios import Mode, ScenarioError, TraceScenario, builtin_names, load_scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-json"
@@ -93,6 +93,21 @@ class RunConfig:
                                        help="open loop instead of levels: requests per second per level, e.g. 1,2,4,8 (ui: one)")
     arrival: str = setting("poisson", kind=str, example="poisson", choices=("poisson", "constant"),
                            help="open loop: arrival process, poisson or constant gaps")
+    trace: str | None = setting(None, kind=str, example="examples/trace-mooncake.jsonl", ui=False, metavar="FILE",
+                                help="replay a trace instead of levels or rates: each arm gets the file's requests at the file's "
+                                "own arrival times, one open-loop level (Mooncake JSONL and Azure LLM CSV traces read as "
+                                "published, or dataset lines with a timestamp in ms: dspark_bench/scenarios/trace.py)")
+    trace_speed: float = setting(1.0, kind=(int, float), example="2", ui=False,
+                                 help="trace replay: the trace's clock runs this many times faster (2: twice the rate)")
+    find_capacity: bool = setting(False, kind=bool, example="true", ui=False,
+                                  help="search each arm's capacity: the highest open-loop rate at which the share of "
+                                  "good requests (valid and within --slo) holds capacity_share, by bracketing then "
+                                  "bisection from the first --rate (default 1/s); each probe a level of --requests")
+    capacity_share: float = setting(0.9, kind=(int, float), example="0.9", ui=False,
+                                    help="capacity search: the share of good requests a rate must hold")
+    capacity_resolution: float = setting(0.1, kind=(int, float), example="0.1", ui=False,
+                                         help="capacity search: done when the lowest failing rate is within this share "
+                                         "above the highest passing one")
     max_concurrency: int = setting(256, kind=int, example="256", ui=False,
                                    help="open loop: users sending the due requests, the cap on requests in flight")
     workers: int = setting(0, kind=int, example="2",
@@ -224,7 +239,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
             values[key] = tuple(values[key])
             continue
         kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
-        if values[key] is not None and (not isinstance(values[key], kinds) or isinstance(values[key], bool)):
+        if values[key] is not None and (not isinstance(values[key], kinds) or (isinstance(values[key], bool) and bool not in kinds)):
             wanted = " or ".join(k.__name__ for k in kinds)
             _fail(key, f"{values[key]!r} is a {type(values[key]).__name__}, not a {wanted}", f"write e.g. {key}: {spec.example}")
     if "custom_arms" in values:
@@ -313,7 +328,36 @@ def validate_config(config: RunConfig) -> RunConfig:
             _fail("urls", f"no URL for arms {missing}", "give --url ARM=http://host:port for every arm, or drop those arms")
     elif not Path(config.model).is_dir():
         _fail("model", f"{config.model} is not a model directory", "give a local HF model folder (default: models/tiny-json)")
-    return replace(config, levels=levels, rates=tuple(float(r) for r in rates))
+    if config.find_capacity:
+        if config.trace is not None:
+            _fail("find_capacity", "given together with a trace", "search capacity at --rate, or replay the trace, not both")
+        if not 0 < config.capacity_share <= 1:
+            _fail("capacity_share", f"{config.capacity_share!r} is not a share in (0, 1]", "write e.g. capacity_share: 0.9")
+        if not 0 < config.capacity_resolution < 1:
+            _fail("capacity_resolution", f"{config.capacity_resolution!r} is not a share in (0, 1)", "write e.g. capacity_resolution: 0.1")
+        if len(rates) > 1:
+            _fail("rates", "more than one with --find-capacity", "give the rate the search starts from: --rate 2")
+    config = replace(config, levels=levels, rates=tuple(float(r) for r in rates))
+    return _with_trace(config) if config.trace is not None else config
+
+
+def _with_trace(config: RunConfig) -> RunConfig:
+    """A trace replay is one open-loop level: the trace's requests, in its order, at its mean rate (scaled by
+    ``trace_speed``); ``--trace`` names the scenario, and the sweep sends at the trace's own times."""
+    if isinstance(config.trace_speed, bool) or not isinstance(config.trace_speed, int | float) or config.trace_speed <= 0:
+        _fail("trace_speed", f"{config.trace_speed!r} is not a positive factor", "write e.g. --trace-speed 2 (twice as fast)")
+    if config.workers:
+        _fail("trace", "replayed with Locust workers", "drop --workers: a trace replays from this process")
+    try:
+        scenario = load_scenario(str(config.trace))
+    except ScenarioError as exc:
+        raise ConfigError(f"setting 'trace': {exc}") from None
+    if not isinstance(scenario, TraceScenario):
+        _fail("trace", f"{config.trace} has no arrival times", "give each line a timestamp (ms), or run it as --scenario")
+    rate = round(scenario.rate * config.trace_speed, 6)
+    if config.rates not in ((), (rate,)):
+        _fail("rates", "given together with a trace", "drop --rate: a trace sends at its own times")
+    return replace(config, scenarios=(str(config.trace),), rates=(rate,), requests_per_level=len(scenario.offsets_s), warmup_requests=0)
 
 
 def add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
@@ -324,6 +368,9 @@ def add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
         if flag is None or (command == "ui" and not spec.ui):
             continue
         default = RunConfig.__dataclass_fields__[name].default
+        if spec.kind is bool:  # a switch: given means on
+            parser.add_argument(flag, dest=name, action="store_const", const=True, help=f"{spec.help}; YAML: {name}")
+            continue
         shown = "" if default in (MISSING, None, ()) or "default" in spec.help else f" (default {_shown(default)})"
         parser.add_argument(
             flag, *spec.aliases, dest=name, action="append" if spec.repeatable else "store",
@@ -356,6 +403,8 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parse_flag(spec: Setting, text: Any) -> Any:
+    if isinstance(text, bool):  # a switch
+        return text
     if spec.parse is not None and spec.repeatable:
         return dict(spec.parse(item) for item in text)
     if spec.parse is not None:

@@ -173,8 +173,7 @@ class SwarmSink:
         self.folder.write(record)
         self.written += 1
         if self.expected is not None and self.written == self.expected:
-            runner = self.environment.runner
-            gevent.spawn(runner.quit if self.environment.parsed_options.headless else runner.stop)
+            _end_swarm(self.environment)
 
     def close(self) -> None:
         self.folder.close()
@@ -185,4 +184,9 @@ def _fail_swarm(environment, message: str) -> None:
     logging.error(message)
     environment.process_exit_code = 2
     SLOT.fail(message)
+    _end_swarm(environment)
+
+
+def _end_swarm(environment) -> None:
+    """As Locust ends a swarm: a headless run quits, the web UI's swarm stops and the UI stays."""
     gevent.spawn(environment.runner.quit if environment.parsed_options.headless else environment.runner.stop)

@@ -34,14 +34,17 @@ def level_samples(scenario: Scenario, block: tuple[int, int]) -> list[Sample]:
 @dataclass(frozen=True)
 class Arrivals:
     """Open-loop load: requests sent at ``rate`` per second whether or not earlier ones have finished, by a
-    seeded Poisson process (exponential gaps) or evenly spaced (``poisson=False``)."""
+    seeded Poisson process (exponential gaps), evenly spaced (``poisson=False``), or at a trace's times."""
 
     rate: float
     poisson: bool = True
     seed: int = 0
+    schedule: tuple[float, ...] = ()  # a trace's own offsets (seconds from its first request), replayed as they are
 
     def offsets(self, count: int) -> list[float]:
         """Seconds from the level's start at which each of ``count`` requests is due."""
+        if self.schedule:
+            return list(self.schedule[:count])
         if not self.poisson:
             return [index / self.rate for index in range(count)]
         gaps = random.Random(self.seed).expovariate

@@ -88,6 +88,7 @@ class RunResults:
     complete: bool = False
     error: str | None = None
     source: str | None = None  # how the levels were formed, when not by a sweep
+    capacity: list[dict[str, Any]] = field(default_factory=list)  # --find-capacity: each (arm, scenario)'s search
     machine: MachineFacts = field(default_factory=machine_facts)
     server_pgids: dict[str, int] = field(default_factory=dict)  # arm -> its server's process group; not saved
 
@@ -105,6 +106,8 @@ class RunResults:
         }
         if self.source:
             results["source"] = self.source
+        if self.capacity:
+            results["capacity"] = self.capacity
         return results
 
     def write(self) -> Path:
@@ -136,6 +139,7 @@ class RunResults:
             complete=bool(raw.get("complete")),
             error=raw.get("error"),
             source=raw.get("source"),
+            capacity=list(raw.get("capacity") or []),
             machine=MachineFacts.from_dict(raw.get("machine") or {}),
         )
 

@@ -17,6 +17,7 @@ import gevent
 import httpx
 from locust.env import Environment
 
+from dspark_bench.loadtests.capacity import CapacitySearch, Probe
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs
@@ -29,7 +30,7 @@ from dspark_bench.loadtests.results import LevelResult, RunResults, arm_facts
 from dspark_bench.loadtests.server_metrics import delta, scrape
 from dspark_bench.loadtests.user import ChatCompletionsUser
 from dspark_bench.loadtests.workers import WorkerError, WorkerPool
-from dspark_bench.scenarios import Scenario, Split, load_scenario
+from dspark_bench.scenarios import Scenario, Split, TraceScenario, load_scenario
 
 STALLED_WARNING = 0.1  # share of streams read in one piece above which a level's timings are suspect
 FAILED_LEVEL_SHARE = 0.5  # a level where more requests than this failed (HTTP error, timeout) stops the run
@@ -158,6 +159,75 @@ def _measure_level(
     _stop_if_failing(plan)
 
 
+def _find_capacity(
+    results: RunResults, endpoints: dict[str, Endpoint], sink: RunFolderSink, pool: WorkerPool | None, unresettable: set[str]
+) -> None:
+    """Each arm's capacity at the SLO (``loadtests.capacity``), one open-loop probe at a time: the i-th probe
+    of every arm sends the same fresh prompts, from an emptied prefix cache; a probe that was not a
+    measurement (it did not hold its rate: ``LevelHealth.load_problems``) is run once more, with new prompts,
+    and ends the search if it still is not."""
+    config = results.config
+    for scenario_name in config.scenarios:
+        scenario = load_scenario(scenario_name)
+        for arm_name, endpoint in endpoints.items():
+            search = CapacitySearch(config.rates[0] if config.rates else 1.0, config.capacity_share, config.capacity_resolution)
+            entry: dict = {"arm": arm_name, "scenario": scenario.name, "slo": dict(config.slo)}
+            results.capacity.append(entry)
+            levels = 0
+            while (rate := search.next_rate()) is not None:
+                for _attempt in range(2):
+                    level = _probe(results, endpoint, scenario, scenario_name, round(rate, 4), levels, sink, pool, unresettable)
+                    levels += 1
+                    if not level.health.load_problems:  # held its rate; the machine's noise is on the page
+                        break
+                metrics, problems = level.metrics, level.health.load_problems
+                good_share = metrics.good_requests / metrics.requests if metrics.requests else 0.0
+                search.probes.append(Probe(level.level, good_share, not problems and good_share >= search.share, not problems, problems))
+                if problems:
+                    search.stopped = f"the probe at {level.level:g}/s was not a measurement twice: {'; '.join(problems)}"
+                verdict = "holds the SLO" if search.probes[-1].passed else ("not a measurement" if problems else "misses the SLO")
+                print(f"  capacity search, arm '{arm_name}': {level.level:g} req/s, {good_share:.0%} good: {verdict}", flush=True)
+                entry.update(search.as_dict())
+                results.write()
+            entry.update(search.as_dict())
+            found = f"{search.capacity:g} req/s" if search.capacity is not None else f"not found ({search.stopped or 'no probe held the SLO'})"
+            print(f"  capacity of arm '{arm_name}' at the SLO: {found}", flush=True)
+        results.write()
+
+
+def _probe(
+    results: RunResults,
+    endpoint: Endpoint,
+    scenario: Scenario,
+    scenario_name: str,
+    rate: float,
+    index: int,
+    sink: RunFolderSink,
+    pool: WorkerPool | None,
+    unresettable: set[str],
+) -> LevelResult:
+    """One capacity probe: an open-loop level at ``rate`` with the ``index``-th block of fresh prompts."""
+    config = results.config
+    size = config.warmup_requests + config.requests_per_level
+    block = (index * size, size)
+    cache_reset = reset_prefix_caches({endpoint.arm: endpoint}, unresettable)[endpoint.arm]
+    plan = LevelPlan(
+        endpoint.arm,
+        rate,
+        config.request_settings(endpoint.arm, endpoint.model, endpoint.headers(), scenario.is_json),
+        level_samples(scenario, block),
+        sink,
+        config.requests_per_level,
+        warmup=config.warmup_requests,
+        repeat=index,
+        arrivals=Arrivals(rate, config.arrival == "poisson", seed=index),
+        users=config.max_concurrency,
+        sample_source=(scenario_name, block[0]),
+    )
+    _measure_level(results, endpoint, plan, scenario.name, pool, cache_reset)
+    return results.levels[-1]
+
+
 def _stop_if_failing(plan: LevelPlan) -> None:
     """More than half of a level's measured requests failed: the numbers would describe errors, not the server."""
     measured = [r for r in plan.records if not r.warmup]
@@ -198,19 +268,32 @@ PRIMING_USERS = 8
 def prompt_blocks(config: RunConfig) -> dict[tuple[int, int], tuple[int, int]]:
     """(repeat, level index) -> (offset in the scenario's eval split, prompts): every level of every repeat
     gets prompts of its own (warm-up and measured), the same for every arm, so that no repeat finds an
-    earlier repeat's prompts in a prefix cache and the repeats are independent."""
+    earlier repeat's prompts in a prefix cache and the repeats are independent. A trace replays its own
+    requests in every repeat."""
     blocks, offset = {}, 0
     for repeat in range(config.repeats):
         for index, level in enumerate(config.rates or config.levels):
             size = config.warmup_requests + config.measured_requests(level)
             blocks[(repeat, index)] = (offset, size)
-            offset += size
+            offset += 0 if config.trace is not None else size  # a trace's requests are the trace, in its order
     return blocks
+
+
+def _arrivals(config: RunConfig, scenario: Scenario, rate: float, seed: int) -> Arrivals | None:
+    """When an open loop's requests are due: a trace's own times (scaled by ``trace_speed``), or ``rate`` by
+    the configured process; None for a closed loop."""
+    if not config.rates:
+        return None
+    if isinstance(scenario, TraceScenario) and config.trace is not None:
+        return Arrivals(rate, poisson=False, schedule=tuple(at / config.trace_speed for at in scenario.offsets_s))
+    return Arrivals(rate, config.arrival == "poisson", seed=seed)
 
 
 def reused_prompts(config: RunConfig, scenario: Scenario) -> str | None:
     """Why some prompts of the run come round again (None when none does): a dataset with fewer lines than
     the run sends."""
+    if config.trace is not None:
+        return None  # every repeat replays the trace's own requests, the prefix caches emptied before each
     needed = sum(size for _offset, size in prompt_blocks(config).values())
     distinct = scenario.distinct_prompts
     if needed <= distinct:
@@ -295,7 +378,9 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
         for scenario_name in config.scenarios:
             if reuse := reused_prompts(config, load_scenario(scenario_name)):
                 print(f"note: {reuse}", flush=True)
-        for repeat in range(config.repeats):
+        if config.find_capacity:
+            _find_capacity(results, endpoints, sink, pool, unresettable)
+        for repeat in range(0 if config.find_capacity else config.repeats):
             for scenario_name in config.scenarios:
                 scenario = load_scenario(scenario_name)
                 for level_index, level in enumerate(config.rates or config.levels):
@@ -316,9 +401,7 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                             config.measured_requests(level),
                             warmup=config.warmup_requests,
                             repeat=repeat,
-                            arrivals=Arrivals(level, config.arrival == "poisson", seed=1000 * level_index + repeat)
-                            if config.rates
-                            else None,
+                            arrivals=_arrivals(config, scenario, level, seed=1000 * level_index + repeat),
                             users=config.max_concurrency if config.rates else None,
                             sample_source=(scenario_name, block[0]),
                         )

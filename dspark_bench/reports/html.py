@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 from dspark_bench.loadtests.arms import REFERENCE_ARM  # noqa: E402
 from dspark_bench.loadtests.results import RunResults, levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, interval_note, load_records, repeat_count  # noqa: E402
-from dspark_bench.reports.tables import SPEEDUP_COLUMN, summary_frame, tag_frame  # noqa: E402
+from dspark_bench.reports.tables import SPEEDUP_COLUMN, capacity_lines, summary_frame, tag_frame  # noqa: E402
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#222;max-width:1200px}
@@ -269,6 +269,22 @@ def _verdicts(results: RunResults, records: pd.DataFrame, summary: pd.DataFrame)
     return [f"<h2>Verdict against {esc(REFERENCE_ARM)} (effective JSON throughput)</h2><ul class='verdict'>{''.join(lines)}</ul>"]
 
 
+def _capacity(results: RunResults) -> list[str]:
+    """A --find-capacity run: the verdict lines, then every probe of every arm."""
+    lines = capacity_lines(results)
+    if not lines:
+        return []
+    rows = [
+        {"scenario": entry["scenario"], "arm": entry["arm"], "probe": index + 1, "req/s": probe["rate"],
+         "good": f"{probe['good_share']:.0%}", "holds the SLO": "yes" if probe["passed"] else "no",
+         "measurement": "yes" if probe["valid"] else "; ".join(probe["problems"])}  # fmt: skip
+        for entry in results.capacity
+        for index, probe in enumerate(entry.get("probes", []))
+    ]
+    verdict = "<br>".join(html.escape(line) for line in lines)
+    return ["<h2>Capacity at the SLO</h2>", f"<p>{verdict}</p>", pd.DataFrame(rows).to_html(index=False)]
+
+
 def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()) -> Path:
     """The run's page; ``history``: its history panel (``reports.history.history_panel``), when a store had one."""
     summary = summary_frame(results)
@@ -293,7 +309,7 @@ def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()
     records = load_records(out_path.parent)
     all_records = load_records(out_path.parent, include_warmup=True)
     detail = levels_frame(results)
-    parts[2:2] = [*_verdicts(results, records, summary), *history]
+    parts[2:2] = [*_verdicts(results, records, summary), *_capacity(results), *history]
     # scenario names as the levels record them (a dataset's name is its file's stem, not the path given)
     for scenario in sorted({level.scenario for level in results.levels}):
         for base in ("baseline", "baseline-constrained"):

@@ -101,3 +101,26 @@ def tag_frame(records: pd.DataFrame) -> pd.DataFrame:
             "output tokens": grouped["output_tokens"].mean(),
         }
     ).reset_index()
+
+
+def capacity_lines(results: RunResults) -> list[str]:
+    """A --find-capacity run's verdict, a line per scenario: each arm's capacity at the SLO, its bracket,
+    and each arm's capacity over the reference arm's; [] for other runs."""
+    lines = []
+    for scenario in dict.fromkeys(entry["scenario"] for entry in results.capacity):
+        entries = [entry for entry in results.capacity if entry["scenario"] == scenario]
+        first = entries[0]
+        slo = ", ".join(f"{key} <= {limit:g}" for key, limit in first["slo"].items()) or "valid answers"
+        lines.append(f"capacity at the SLO ({slo}; {first['share']:.0%} of requests good), {scenario}:")
+        found = {entry["arm"]: entry.get("capacity_req_s") for entry in entries}
+        for entry in entries:
+            capacity, bracket = entry.get("capacity_req_s"), entry.get("bracket")
+            if capacity is None or not bracket:
+                said = f"not found ({entry.get('stopped') or 'no probe held the SLO'})"
+            else:
+                said = f"holds {capacity:.3g} req/s, misses at {bracket[1]:.3g}" + ("" if entry.get("resolved") else " (not resolved)")
+            ratio = ""
+            if capacity and found.get(REFERENCE_ARM) and entry["arm"] != REFERENCE_ARM:
+                ratio = f"; {capacity / found[REFERENCE_ARM]:.2f}x {REFERENCE_ARM}"
+            lines.append(f"  {entry['arm']}: {said} ({len(entry.get('probes', []))} probes){ratio}")
+    return lines

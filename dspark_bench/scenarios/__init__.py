@@ -1,5 +1,6 @@
 """Benchmark scenarios: declarative files plus seeded generators giving messages, schema and ground truth,
-or a user's own requests from a dataset file (``scenarios.dataset``).
+a user's own requests from a dataset file (``scenarios.dataset``), or a trace of requests with their
+arrival times (``scenarios.trace``).
 
 >>> from dspark_bench.scenarios import load_scenario
 >>> sample = load_scenario("order_extraction").sample(1_000_000)
@@ -17,6 +18,7 @@ from dspark_bench.scenarios.spec import (
     builtin_names,
     check_schema,
 )
+from dspark_bench.scenarios.trace import TraceScenario
 
 __all__ = [
     "Example",
@@ -25,6 +27,7 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "Split",
+    "TraceScenario",
     "builtin_names",
     "check_schema",
     "load_all",

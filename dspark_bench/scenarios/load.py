@@ -1,5 +1,6 @@
-"""``load_scenario``: a built-in name, a scenario YAML (a generator, or ``dataset: PATH``), or a dataset
-file or folder of the user's own requests. The one entry point; raises ScenarioError."""
+"""``load_scenario``: a built-in name, a scenario YAML (a generator, or ``dataset: PATH``), a dataset
+file or folder of the user's own requests, or a trace (requests with arrival times). The one entry
+point; raises ScenarioError."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from pathlib import Path
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.scenarios.dataset import is_dataset_path, load_dataset
 from dspark_bench.scenarios.spec import DEFS_DIR, Scenario, ScenarioError, builtin_names, parse_scenario_yaml
+from dspark_bench.scenarios.trace import is_trace, load_trace
 
 
 def load_scenario(name_or_path: str | Path) -> Scenario:
     """Load a built-in scenario by name, or any scenario or dataset file by path; raises ScenarioError."""
     path = Path(name_or_path)
     if is_dataset_path(path):
-        return load_dataset(path)
+        return load_trace(path) if path.is_file() and is_trace(path) else load_dataset(path)
     if path.suffix not in (".yaml", ".yml"):
         path = DEFS_DIR / f"{name_or_path}.yaml"
         if not path.exists():

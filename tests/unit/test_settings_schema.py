@@ -47,7 +47,8 @@ def test_a_wrongly_shaped_yaml_value_names_the_setting_and_its_example(tmp_path,
 def test_a_flag_reads_as_the_yaml_value_of_the_same_example(name):
     spec = SETTINGS[name]
     flag = spec.flag_name(name)
-    args = _subparser("bench").parse_args([flag, config_module._flag_example(spec)])
+    switch = spec.kind is bool  # given means on: no value follows the flag
+    args = _subparser("bench").parse_args([flag] if switch else [flag, config_module._flag_example(spec)])
     value = flag_overrides(args)[name]
     expected = _yaml_value(name)
     assert (list(value) if spec.is_list else value) == expected

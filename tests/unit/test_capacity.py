@@ -1,0 +1,73 @@
+"""Capacity at an SLO: the search brackets then bisects to its resolution, and a sweep finds the capacity of
+a server that has one."""
+
+import pytest
+
+from dspark_bench.loadtests.capacity import HALVINGS, MIN_RATE, CapacitySearch, Probe
+from dspark_bench.loadtests.config import ConfigError, load_config
+from dspark_bench.loadtests.results import load_results
+from dspark_bench.loadtests.sweep import run_sweep
+from dspark_bench.reports.tables import capacity_lines
+from tests.conftest import start_fake_stream_server
+
+
+def _search_against(true_capacity: float, start: float, resolution: float = 0.1) -> CapacitySearch:
+    search = CapacitySearch(start, share=0.9, resolution=resolution)
+    while (rate := search.next_rate()) is not None:
+        held = rate <= true_capacity
+        search.probes.append(Probe(rate, 1.0 if held else 0.5, held))
+    return search
+
+
+@pytest.mark.parametrize(("true_capacity", "start"), [(5.3, 1.0), (0.7, 4.0), (37.0, 2.0), (1.0, 1.0)])
+def test_the_search_brackets_then_bisects_to_its_resolution(true_capacity, start):
+    search = _search_against(true_capacity, start)
+    low, high = search.bracket
+    assert low <= true_capacity < high and high <= low * 1.1 and search.resolved
+    assert search.capacity == low and len(search.probes) <= 10
+    # a second search from elsewhere finds it again within the resolution
+    again = _search_against(true_capacity, start * 1.5).capacity
+    assert abs(again - low) <= 0.1 * low
+
+
+def test_a_server_that_never_holds_the_slo_has_no_capacity():
+    search = _search_against(0.0, 1.0)
+    assert search.capacity is None and not search.resolved and min(p.rate for p in search.probes) == 1.0 / 2**HALVINGS
+    assert min(p.rate for p in _search_against(0.0, 0.05).probes) >= MIN_RATE
+
+
+def test_a_search_that_stopped_proposes_nothing():
+    search = CapacitySearch(1.0, 0.9, 0.1)
+    search.probes.append(Probe(1.0, 0.0, False, valid=False, problems=("achieved rate 0.5 of 1",)))
+    search.stopped = "not a measurement"
+    assert search.next_rate() is None and search.as_dict()["probes"][0]["valid"] is False
+
+
+def test_capacity_settings_are_checked():
+    with pytest.raises(ConfigError, match="the rate the search starts from"):
+        load_config(None, find_capacity=True, rates=[1.0, 2.0])
+    with pytest.raises(ConfigError, match="capacity_share"):
+        load_config(None, find_capacity=True, capacity_share=1.5)
+    assert load_config(None, find_capacity=True).find_capacity is True
+
+
+def test_a_sweep_finds_the_capacity_of_a_server_that_has_one(tmp_path):
+    # one answer at a time, 50 ms each: 20 answers per second, past which requests queue
+    url, server = start_fake_stream_server("--slots", "1", "--tokens", "10", "--token-ms", "5")
+    dataset = tmp_path / "objects.jsonl"  # requests whose schema the fake server's answer meets
+    dataset.write_text("".join(f'{{"prompt": "object {i}", "schema": {{"type": "object"}}}}\n' for i in range(50)))
+    try:
+        config = load_config(None, arms="baseline-constrained", urls={"baseline-constrained": url}, find_capacity=True,
+                             scenarios=str(dataset),
+                             rates=[4.0], arrival="constant", requests_per_level=24, warmup_requests=0,
+                             slo={"e2e_ms": 150.0}, capacity_resolution=0.2, output_dir=str(tmp_path), run_name="cap")  # fmt: skip
+        results = run_sweep(config, tmp_path / "cap")
+    finally:
+        server.kill()
+        server.wait()
+    assert results.complete
+    [entry] = load_results(tmp_path / "cap").capacity
+    assert entry["resolved"] and 8 <= entry["capacity_req_s"] <= 20, entry  # the queue starts at 20/s
+    assert [p["rate"] for p in entry["probes"]][:3] == [4.0, 8.0, 16.0]  # doubled from the first rate
+    assert len(results.levels) == len(entry["probes"])  # each probe a level of the run
+    assert "baseline-constrained: holds" in "\n".join(capacity_lines(results))
