@@ -13,7 +13,8 @@ from dspark_bench.loadtests.arms import BUILTIN_ARMS, Arm
 from dspark_bench.loadtests.deploy.gpustack_spec import GPUStackSpecError, parse_settings
 from dspark_bench.loadtests.metrics import MIN_WAVES, SLO_KEYS
 from dspark_bench.loadtests.openai_api import CONFIG_FIELDS, MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE, RequestSettings
-from dspark_bench.scenarios import Mode, ScenarioError, TraceScenario, builtin_names, load_scenario
+from dspark_bench.scenarios import Mode, Scenario, ScenarioError, TraceScenario, builtin_names, load_scenario
+from dspark_bench.scenarios.trace import load_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-json"
@@ -167,6 +168,12 @@ class RunConfig:
         sweep's levels, its smoke request and priming, and ``ui``'s Locust command)."""
         mode = self.arm_mode(self.arm(arm)) if is_json else Mode.TEXT
         return RequestSettings(model, mode, headers=headers, **{name: getattr(self, name) for name in CONFIG_FIELDS})
+
+    def scenario(self, name: str) -> Scenario:
+        """A scenario of this run: the trace counts its token lengths in the run's model's tokenizer."""
+        if self.trace is not None and name == self.trace:
+            return load_trace(Path(name), model_dir=self.model)
+        return load_scenario(name)
 
     def measured_requests(self, level: float) -> int:
         """Measured requests of one level: ``requests_per_level``; a closed loop of N users measures at least

@@ -30,7 +30,7 @@ from dspark_bench.loadtests.results import LevelResult, RunResults, arm_facts
 from dspark_bench.loadtests.server_metrics import delta, scrape
 from dspark_bench.loadtests.user import ChatCompletionsUser
 from dspark_bench.loadtests.workers import WorkerError, WorkerPool
-from dspark_bench.scenarios import Scenario, Split, TraceScenario, load_scenario
+from dspark_bench.scenarios import Scenario, Split, TraceScenario
 
 STALLED_WARNING = 0.1  # share of streams read in one piece above which a level's timings are suspect
 FAILED_LEVEL_SHARE = 0.5  # a level where more requests than this failed (HTTP error, timeout) stops the run
@@ -168,7 +168,7 @@ def _find_capacity(
     and ends the search if it still is not."""
     config = results.config
     for scenario_name in config.scenarios:
-        scenario = load_scenario(scenario_name)
+        scenario = config.scenario(scenario_name)
         for arm_name, endpoint in endpoints.items():
             search = CapacitySearch(config.rates[0] if config.rates else 1.0, config.capacity_share, config.capacity_resolution)
             entry: dict = {"arm": arm_name, "scenario": scenario.name, "slo": dict(config.slo)}
@@ -242,7 +242,7 @@ def smoke_test(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
     """One request of the run's first scenario, sent as the sweep will send it, before any load: a server
     that refuses it (a max_tokens above its context, a wrong model name, a missing key) stops the run
     with the server's own message instead of a sweep of errors."""
-    scenario = load_scenario(config.scenarios[0])
+    scenario = config.scenario(config.scenarios[0])
     sample = next(scenario.samples(Split.TRAIN, 1))  # not a measured prompt: it would sit in the prefix cache
     request = config.request_settings(arm, endpoint.model, endpoint.headers(), scenario.is_json)
     body = chat_body(sample, request.mode, request.model, request.max_tokens, request.temperature)
@@ -329,7 +329,7 @@ def prime(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
     replay drafter then knows the answer to each). What this leaves in its prefix cache is dropped by the
     reset before every level (``reset_prefix_caches``)."""
     for scenario_name in config.scenarios:
-        scenario = load_scenario(scenario_name)
+        scenario = config.scenario(scenario_name)
         samples = [s for block in prompt_blocks(config).values() for s in level_samples(scenario, block)]
         print(f"priming arm '{arm}' with the run's {len(samples)} {scenario.name} prompts (unmeasured) ...", flush=True)
         request = config.request_settings(arm, endpoint.model, endpoint.headers(), scenario.is_json)
@@ -376,13 +376,13 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
         # of the machine shows in their spread (and in the intervals) instead of hiding between runs.
         blocks = prompt_blocks(config)
         for scenario_name in config.scenarios:
-            if reuse := reused_prompts(config, load_scenario(scenario_name)):
+            if reuse := reused_prompts(config, config.scenario(scenario_name)):
                 print(f"note: {reuse}", flush=True)
         if config.find_capacity:
             _find_capacity(results, endpoints, sink, pool, unresettable)
         for repeat in range(0 if config.find_capacity else config.repeats):
             for scenario_name in config.scenarios:
-                scenario = load_scenario(scenario_name)
+                scenario = config.scenario(scenario_name)
                 for level_index, level in enumerate(config.rates or config.levels):
                     block = blocks[(repeat, level_index)]
                     samples = level_samples(scenario, block)

@@ -11,9 +11,9 @@ Three formats, told apart by their columns and read as published:
   dataset line (``prompt`` or ``messages``, ``schema``, ``response_format``, ``max_tokens``, ``answer``,
   ``tags``: see ``scenarios.dataset``).
 
-A row that gives only token lengths becomes a synthetic JSON request: a prompt of about that many tokens
-(one common English word is about one token), made of one fixed block of words per hash id so that
-shared ids share a prefix, then an instruction to answer in JSON under ``SYNTHETIC_SCHEMA``, with
+A row that gives only token lengths becomes a synthetic JSON request: a prompt of that many tokens of
+the run's model (its tokenizer, chat template included; one word per token for a server whose tokenizer
+is not at hand), made of one fixed block of words per hash id so that shared ids share a prefix, then an instruction to answer in JSON under ``SYNTHETIC_SCHEMA``, with
 ``max_tokens`` the row's output length. A JSON answer may end before that length: records keep the
 tokens really written. Lengths are taken as they are; a prompt longer than the model's context is
 refused by the server, which the run's first request reports.
@@ -25,6 +25,7 @@ first arrival (``TraceScenario.offsets_s``). Every problem names the file, the l
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import random
 from datetime import datetime
@@ -125,10 +126,30 @@ def _arrival_s(path: Path, line: int, row: dict[str, Any]) -> float:
     return milliseconds / 1000.0
 
 
-def synthetic_prompt(input_tokens: int, hash_ids: list[int], row_seed: int) -> str:
-    """About ``input_tokens`` tokens of words: one fixed block per hash id (a shared id, a shared prefix),
-    or words of the row's own without ids; the JSON instruction last."""
-    budget = max(1, input_tokens - len(SYNTHETIC_INSTRUCTION.split()))
+@functools.lru_cache(maxsize=4)
+def _tokenizer(model_dir: str) -> Any:
+    from transformers import AutoTokenizer  # vLLM's own dependency; only a trace with token lengths needs it
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def _template_tokens(tokenizer: Any) -> int:
+    """Tokens the chat template adds around one user message (the server counts them as prompt)."""
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": ""}], tokenize=False, add_generation_prompt=True)
+        return len(tokenizer.encode(text, add_special_tokens=False))
+    except Exception:  # noqa: BLE001 - a tokenizer without a chat template adds nothing
+        return 0
+
+
+def synthetic_prompt(input_tokens: int, hash_ids: list[int], row_seed: int, tokenizer: Any = None) -> str:
+    """About ``input_tokens`` prompt tokens: one fixed block of words per hash id (a shared id, a shared
+    prefix), or words of the row's own without ids; the JSON instruction last. With the served model's
+    ``tokenizer`` the count is its own (chat template included), cut at a token; without, a word counts
+    as a token."""
+    count = (lambda text: len(tokenizer.encode(text, add_special_tokens=False))) if tokenizer is not None else (lambda text: len(text.split()))
+    overhead = _template_tokens(tokenizer) if tokenizer is not None else 0
+    budget = max(1, input_tokens - count("\n\n" + SYNTHETIC_INSTRUCTION) - overhead)
     words: list[str] = []
     for block in hash_ids or []:
         words += random.Random(f"block-{block}").choices(WORDS, k=BLOCK_TOKENS)
@@ -136,10 +157,13 @@ def synthetic_prompt(input_tokens: int, hash_ids: list[int], row_seed: int) -> s
             break
     if len(words) < budget:
         words += random.Random(f"row-{row_seed}").choices(WORDS, k=budget - len(words))
-    return " ".join(words[:budget]) + "\n\n" + SYNTHETIC_INSTRUCTION
+    text = " ".join(words[:budget])
+    if tokenizer is not None:  # a word is a token or more: cut at the budget's token
+        text = tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)[:budget])
+    return text + "\n\n" + SYNTHETIC_INSTRUCTION
 
 
-def _synthetic_row(path: Path, line: int, row: dict[str, Any], index: int) -> dict[str, Any]:
+def _synthetic_row(path: Path, line: int, row: dict[str, Any], index: int, tokenizer: Any) -> dict[str, Any]:
     if "TIMESTAMP" in row:
         input_tokens, output_tokens = (_count(path, line, row, field, 1) for field in AZURE_FIELDS[1:])
         hash_ids: list[int] = []
@@ -149,7 +173,7 @@ def _synthetic_row(path: Path, line: int, row: dict[str, Any], index: int) -> di
         if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
             raise _fail(path, line, "hash_ids", f"{json.dumps(hash_ids)[:60]} is not a list of integers", 'write "hash_ids": [0, 1, 2]')
     return {
-        "messages": [{"role": "user", "content": synthetic_prompt(input_tokens, hash_ids, index)}],
+        "messages": [{"role": "user", "content": synthetic_prompt(input_tokens, hash_ids, index, tokenizer)}],
         "schema": SYNTHETIC_SCHEMA,
         "response_format": None,
         "answer": None,
@@ -159,9 +183,13 @@ def _synthetic_row(path: Path, line: int, row: dict[str, Any], index: int) -> di
     }
 
 
-def load_trace(path: Path, name: str | None = None) -> TraceScenario:
-    """A trace file as a scenario with arrival times; raises ScenarioError naming the line, field and fix."""
+def load_trace(path: Path, name: str | None = None, model_dir: str | Path | None = None) -> TraceScenario:
+    """A trace file as a scenario with arrival times; raises ScenarioError naming the line, field and fix.
+    Token lengths count in the tokenizer of ``model_dir`` when it has one (else a word is a token)."""
     raw = _rows(path)
+    tokenizer = None
+    if model_dir is not None and (Path(model_dir) / "tokenizer_config.json").exists():
+        tokenizer = _tokenizer(str(model_dir))
     if not raw:
         raise ScenarioError(path, "(file)", "holds no requests", "add one request per line")
     rows, arrivals = [], []
@@ -169,7 +197,7 @@ def load_trace(path: Path, name: str | None = None) -> TraceScenario:
         arrivals.append(_arrival_s(path, line, row))
         timeless = {k: v for k, v in row.items() if k not in ("timestamp", "TIMESTAMP")}
         if any(field in row for field in (*MOONCAKE_FIELDS[1:], *AZURE_FIELDS[1:])):
-            rows.append(_synthetic_row(path, line, row, index))
+            rows.append(_synthetic_row(path, line, row, index, tokenizer))
         else:
             rows.append(_request(path, line, timeless))
         if index and arrivals[-1] < arrivals[-2]:

@@ -113,3 +113,19 @@ def test_a_replay_sends_each_request_at_the_traces_time(fast_server, tmp_path):
     assert max(r.t_send - r.t_scheduled for r in records) < 0.1  # each sent when due
     [level] = results.levels
     assert level.metrics.achieved_rate == pytest.approx(level.level, rel=0.1)
+
+
+def test_token_lengths_count_in_the_run_models_tokenizer(tmp_path):
+    from transformers import AutoTokenizer
+
+    from dspark_bench.loadtests.config import DEFAULT_MODEL
+
+    lengths = [(37, 5), (260, 12), (611, 3)]
+    path = _jsonl(tmp_path / "t.jsonl", [{"timestamp": 10 * i, "input_length": n, "output_length": m, "hash_ids": [i, 99]}
+                                         for i, (n, m) in enumerate(lengths)])  # fmt: skip
+    config = load_config(None, trace=str(path))
+    trace = config.scenario(config.trace)
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL)
+    for seed, (want, _) in enumerate(lengths):
+        text = tokenizer.apply_chat_template(trace.sample(seed).messages, tokenize=False, add_generation_prompt=True)
+        assert len(tokenizer.encode(text, add_special_tokens=False)) == want  # the server's prompt_tokens
