@@ -146,7 +146,7 @@ def synthetic_prompt(input_tokens: int, hash_ids: list[int], row_seed: int, toke
     """About ``input_tokens`` prompt tokens: one fixed block of words per hash id (a shared id, a shared
     prefix), or words of the row's own without ids; the JSON instruction last. With the served model's
     ``tokenizer`` the count is its own (chat template included), cut at a token; without, a word counts
-    as a token."""
+    as a token. A prompt is never shorter than the instruction and the template (about 55 tokens here)."""
     count = (lambda text: len(tokenizer.encode(text, add_special_tokens=False))) if tokenizer is not None else (lambda text: len(text.split()))
     overhead = _template_tokens(tokenizer) if tokenizer is not None else 0
     budget = max(1, input_tokens - count("\n\n" + SYNTHETIC_INSTRUCTION) - overhead)

@@ -120,7 +120,7 @@ def test_token_lengths_count_in_the_run_models_tokenizer(tmp_path):
 
     from dspark_bench.loadtests.config import DEFAULT_MODEL
 
-    lengths = [(37, 5), (260, 12), (611, 3)]
+    lengths = [(70, 5), (260, 12), (611, 3)]  # at least the JSON instruction and the chat template (~55 here)
     path = _jsonl(tmp_path / "t.jsonl", [{"timestamp": 10 * i, "input_length": n, "output_length": m, "hash_ids": [i, 99]}
                                          for i, (n, m) in enumerate(lengths)])  # fmt: skip
     config = load_config(None, trace=str(path))
