@@ -22,15 +22,15 @@ def trace(seed: int) -> list[dict]:
     while len(rows) < REQUESTS:
         burst = rng.random() < 0.3
         for _ in range(rng.randint(4, 12) if burst else rng.randint(1, 3)):
-            input_length = rng.randint(60, 450)
+            input_length = rng.randint(60, 160)
             blocks = -(-input_length // 512)
             first = [rng.choice(shared)] if rng.random() < 0.6 else []
             own = list(range(next_block, next_block + blocks - len(first)))
             next_block += len(own)
-            rows.append({"timestamp": int(at_ms), "input_length": input_length, "output_length": rng.randint(16, 96),
+            rows.append({"timestamp": int(at_ms), "input_length": input_length, "output_length": rng.randint(16, 64),
                          "hash_ids": first + own})  # fmt: skip
-            at_ms += rng.expovariate(1 / (80 if burst else 400))
-        at_ms += rng.expovariate(1 / 2500)  # a quiet period
+            at_ms += rng.expovariate(1 / (150 if burst else 500))
+        at_ms += rng.expovariate(1 / 1500)  # a quiet period
     return rows[:REQUESTS]
 
 
