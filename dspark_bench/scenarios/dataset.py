@@ -197,9 +197,15 @@ def load_dataset(path: Path, name: str | None = None, description: str | None = 
     rows = [_request(path, number, raw) for number, raw in _rows(path)]
     if not rows:
         raise ScenarioError(path, "(file)", "holds no requests", "add one request per line")
+    return DatasetScenario(**scenario_fields(path, rows, name or _scenario_name(path), description or f"requests from {path}"))
+
+
+def scenario_fields(path: Path, rows: list[dict[str, Any]], name: str, description: str) -> dict[str, Any]:
+    """A file's checked rows as the fields of a ``DatasetScenario`` (or a subclass: traces), its modes from
+    what the rows give; raises ScenarioError when free-text and JSON requests are mixed."""
     if len({row["is_json"] for row in rows}) > 1:
         first_text = next(i for i, row in enumerate(rows) if not row["is_json"])
-        raise ScenarioError(path, f"request {first_text + 1}", "free-text and JSON requests mixed in one dataset",
+        raise ScenarioError(path, f"request {first_text + 1}", "free-text and JSON requests mixed in one file",
                             "split them into two files (two scenarios), or give every JSON line a schema or response_format")  # fmt: skip
     is_json = rows[0]["is_json"]
     has_schemas = all(row["schema"] is not None for row in rows)
@@ -208,16 +214,16 @@ def load_dataset(path: Path, name: str | None = None, description: str | None = 
     def generate(_rng: random.Random, scenario: Scenario) -> Example:
         raise AssertionError("dataset scenarios build samples from their rows")  # see DatasetScenario.sample
 
-    return DatasetScenario(
-        name=name or _scenario_name(path),
-        description=description or f"requests from {path}",
-        output="json" if is_json else "text",
-        modes=modes,
-        splits={Split.TRAIN: TRAIN_SEEDS, Split.EVAL: EVAL_SEEDS},
-        generator=generate,
-        source=path,
-        rows=tuple(rows),
-    )
+    return {
+        "name": name,
+        "description": description,
+        "output": "json" if is_json else "text",
+        "modes": modes,
+        "splits": {Split.TRAIN: TRAIN_SEEDS, Split.EVAL: EVAL_SEEDS},
+        "generator": generate,
+        "source": path,
+        "rows": tuple(rows),
+    }
 
 
 class DatasetScenario(Scenario):

@@ -32,8 +32,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.scenarios.dataset import ENCODING, EVAL_SEEDS, TRAIN_SEEDS, DatasetScenario, _request, _scenario_name
-from dspark_bench.scenarios.spec import Example, Mode, Scenario, ScenarioError, Split
+from dspark_bench.scenarios.dataset import ENCODING, DatasetScenario, _request, _scenario_name, scenario_fields
+from dspark_bench.scenarios.spec import ScenarioError
 
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
 AZURE_FIELDS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -202,26 +202,8 @@ def load_trace(path: Path, name: str | None = None, model_dir: str | Path | None
             rows.append(_request(path, line, timeless))
         if index and arrivals[-1] < arrivals[-2]:
             raise _fail(path, line, "timestamp", "earlier than the line before", "sort the trace by arrival time")
-    if len({row["is_json"] for row in rows}) > 1:
-        raise ScenarioError(path, "(file)", "free-text and JSON requests mixed in one trace", "give every line a schema or response_format, or none")
-    is_json = rows[0]["is_json"]
-    has_schemas = all(row["schema"] is not None for row in rows)
-    modes = (Mode.PROMPT, Mode.JSON_OBJECT, *((Mode.JSON_SCHEMA,) if has_schemas else ())) if is_json else (Mode.TEXT,)
-
-    def generate(_rng: random.Random, scenario: Scenario) -> Example:
-        raise AssertionError("trace scenarios build samples from their rows")
-
-    return TraceScenario(
-        name=name or _scenario_name(path),
-        description=f"the trace {path}",
-        output="json" if is_json else "text",
-        modes=modes,
-        splits={Split.TRAIN: TRAIN_SEEDS, Split.EVAL: EVAL_SEEDS},
-        generator=generate,
-        source=path,
-        rows=tuple(rows),
-        offsets_s=tuple(at - arrivals[0] for at in arrivals),
-    )
+    fields = scenario_fields(path, rows, name or _scenario_name(path), f"the trace {path}")
+    return TraceScenario(**fields, offsets_s=tuple(at - arrivals[0] for at in arrivals))
 
 
 class TraceScenario(DatasetScenario):
