@@ -56,9 +56,9 @@ class CapacitySearch:
         if not passing:  # halving makes each probe twice as long: at most HALVINGS below the start
             lower = min(failing) / 2
             return lower if lower >= max(MIN_RATE, self.start / 2**HALVINGS) else None
-        low, high = self.bracket or (max(passing), min(failing))
-        if high <= low * (1 + self.resolution):
+        if self.bracket is None or self.resolved:  # resolved, or passes above a failure: nothing to bisect
             return None
+        low, high = self.bracket
         return math.sqrt(low * high)
 
     @property

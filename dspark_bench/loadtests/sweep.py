@@ -171,7 +171,7 @@ def _find_capacity(
         scenario = config.scenario(scenario_name)
         for arm_name, endpoint in endpoints.items():
             search = CapacitySearch(config.rates[0] if config.rates else 1.0, config.capacity_share, config.capacity_resolution)
-            entry: dict = {"arm": arm_name, "scenario": scenario.name, "slo": dict(config.slo)}
+            entry: dict = {"arm": arm_name, "scenario": scenario.name, "slo": dict(config.slo), **search.as_dict()}
             results.capacity.append(entry)
             levels = 0
             while (rate := search.next_rate()) is not None:
@@ -189,7 +189,6 @@ def _find_capacity(
                 print(f"  capacity search, arm '{arm_name}': {level.level:g} req/s, {good_share:.0%} good: {verdict}", flush=True)
                 entry.update(search.as_dict())
                 results.write()
-            entry.update(search.as_dict())
             found = f"{search.capacity:g} req/s" if search.capacity is not None else f"not found ({search.stopped or 'no probe held the SLO'})"
             print(f"  capacity of arm '{arm_name}' at the SLO: {found}", flush=True)
         results.write()

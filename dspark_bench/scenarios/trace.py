@@ -98,10 +98,7 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 def _count(path: Path, line: int, row: dict[str, Any], field: str, least: int) -> int:
     value = row.get(field)
-    try:
-        number = int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value
-    except ValueError:
-        number = value
+    number = int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value  # CSV cells are text
     if not isinstance(number, int) or isinstance(number, bool) or number < least:
         raise _fail(path, line, field, f"{value!r} is not a whole number of at least {least}", f'write "{field}": 128')
     return number
