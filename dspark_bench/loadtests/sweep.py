@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import gevent
@@ -20,7 +21,7 @@ from locust.env import Environment
 from dspark_bench.loadtests.capacity import CapacitySearch, Probe
 from dspark_bench.loadtests.config import RunConfig
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
-from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs
+from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs, shared_servers
 from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, listening_pgid
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_health, level_metrics
 from dspark_bench.loadtests.openai_api import chat_body
@@ -124,7 +125,7 @@ def _measure_level(
     before = scrape(endpoint.base_url, endpoint.headers())
     harness = pool.pgids if pool else []
     mine = [pgid for arm, pgid in results.server_pgids.items() if arm == plan.arm]
-    idle = [pgid for arm, pgid in results.server_pgids.items() if arm != plan.arm]
+    idle = sorted({pgid for arm, pgid in results.server_pgids.items() if arm != plan.arm} - set(mine))  # a shared server is mine
     snapshot = cpu_snapshot(mine, harness, idle)
     try:
         run_level(endpoint, plan, config.level_timeout_s, pool=pool)
@@ -349,8 +350,16 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
     unresettable: set[str] = set()  # arms whose server has no /reset_prefix_cache (said once)
     try:
         deployer = make_deployer(config, run_dir)
+        specs = server_specs(config, arms)
+        # servers at the user's URLs are the user's to pair with arms; servers this run starts are shared
+        # by arms that would start the same one
+        starts, owner = (specs, {arm: arm for arm in arms}) if config.urls else shared_servers(specs)
         print(f"starting {len(arms)} arm(s): {', '.join(arms)} ...", flush=True)
-        for endpoint in deployer.start_many(server_specs(config, arms)):
+        for arm, server_arm in owner.items():
+            if arm != server_arm:
+                print(f"  {arm}: shares the server of '{server_arm}' (the same settings)", flush=True)
+        started = {endpoint.arm: endpoint for endpoint in deployer.start_many(starts)}
+        for endpoint in (replace(started[owner[arm]], arm=arm) for arm in arms):
             endpoints[endpoint.arm] = endpoint
             results.arms[endpoint.arm] = arm_facts(config, endpoint)
             if endpoint.process is not None:

@@ -36,3 +36,14 @@ def test_failure_summary_names_the_log(tmp_path):
     summary = failure_summary(log)
     assert "\n" not in summary and summary.startswith("ValueError: Available memory") and str(log) in summary
     assert failure_summary(tmp_path / "missing.log") == "(no log)"
+
+
+def test_arms_that_would_start_the_same_server_share_one():
+    from dspark_bench.loadtests.config import load_config
+    from dspark_bench.loadtests.deploy.servers import server_specs, shared_servers
+
+    arms = ["baseline", "baseline-constrained", "dspark", "oracle"]
+    starts, owner = shared_servers(server_specs(load_config(), arms))
+    # baseline and baseline-constrained differ only in how they ask for JSON; dspark and oracle in their drafter
+    assert [spec.arm for spec in starts] == ["baseline", "dspark", "oracle"]
+    assert owner == {"baseline": "baseline", "baseline-constrained": "baseline", "dspark": "dspark", "oracle": "oracle"}

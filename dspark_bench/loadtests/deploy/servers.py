@@ -47,6 +47,20 @@ def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
     ]
 
 
+def shared_servers(specs: list[ServerSpec]) -> tuple[list[ServerSpec], dict[str, str]]:
+    """The servers to start for ``specs``, one per distinct server (same model, launcher, flags and
+    environment), and arm -> the arm whose server it uses. Arms that differ only in how they ask for JSON
+    (baseline and baseline-constrained) then share one server: one start-up less, and no idle copy of the
+    same server taking memory and CPU beside the arm under test. Levels run one arm at a time, each with
+    the prefix cache emptied, so sharing changes nothing an arm measures. Pure."""
+    first: dict[tuple, str] = {}
+    owner: dict[str, str] = {}
+    for spec in specs:
+        key = (spec.model_path, spec.served_name, tuple(spec.launcher), tuple(spec.common_args), tuple(spec.arm_args), tuple(sorted(spec.env.items())))
+        owner[spec.arm] = first.setdefault(key, spec.arm)
+    return [spec for spec in specs if owner[spec.arm] == spec.arm], owner
+
+
 def make_deployer(config: RunConfig, run_dir: Path) -> Deployer:
     """Running servers at given URLs, models on a GPUStack cluster, or local vLLM processes."""
     if config.urls:
