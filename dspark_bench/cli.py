@@ -24,7 +24,7 @@ from dspark_bench.reports import render_html
 from dspark_bench.reports.gate import GateError, evaluate, format_checks, load_thresholds
 from dspark_bench.reports.history import HISTORY_RUNS, MIN_HISTORY, format_history, history_panel, run_ratios, standings
 from dspark_bench.reports.html import render_comparison
-from dspark_bench.reports.tables import capacity_lines, format_summary, summary_frame
+from dspark_bench.reports.tables import capacity_lines, format_summary, session_lines, summary_frame
 from dspark_bench.store import STORE_ENV, STORE_FILE, RunStore, StoreError, runs_in, safe_url, store_url
 
 
@@ -191,7 +191,7 @@ def _report(run_dir: Path, store: str | None = None, source: str = "bench") -> N
     results = load_results(run_dir)
     print(f"\nmachine: {results.machine.summary}")
     print(format_summary(summary_frame(results)))
-    for line in capacity_lines(results):
+    for line in [*session_lines(results), *capacity_lines(results)]:
         print(line)
     panel: list[str] = []
     if store is not None:

@@ -1,5 +1,6 @@
 """A fast OpenAI-compatible streaming server (asyncio, HTTP/1.1 keep-alive, chunked SSE): a token every
---token-ms milliseconds, --tokens per answer. Nothing like a model: a load generator's test bench, where
+--token-ms milliseconds, --tokens per answer (always the JSON object {"a": 1, "b": "xy"}), its prompt tokens
+the number of messages sent, all but one of them "cached". Nothing like a model: a load generator's test bench, where
 the server is never the bottleneck, so any shortfall in concurrency is the client's.
 
     python tests/fake_stream_server.py --port 8123 [--tokens 10] [--token-ms 20] [--slots N]
@@ -28,7 +29,7 @@ def event(payload: dict) -> bytes:
     return chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
 
 
-async def answer(writer: asyncio.StreamWriter) -> None:
+async def answer(writer: asyncio.StreamWriter, request: dict) -> None:
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     pieces = ['{"a":', " 1", ",", ' "b":', ' "x', 'y"', "}"]
     for index in range(args.tokens):
@@ -37,7 +38,10 @@ async def answer(writer: asyncio.StreamWriter) -> None:
         writer.write(event({"choices": [{"index": 0, "delta": {"content": text or " "}, "finish_reason": None}]}))
         await writer.drain()
     writer.write(event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
-    writer.write(event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": args.tokens}}))
+    # prompt tokens: the request's messages, so a test sees a conversation grow; all but the last cached
+    messages = len(request.get("messages", [])) or 5
+    usage = {"prompt_tokens": messages, "completion_tokens": args.tokens, "prompt_tokens_details": {"cached_tokens": messages - 1}}
+    writer.write(event({"choices": [], "usage": usage}))
     writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
     await writer.drain()
 
@@ -55,14 +59,13 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             for line in head.split(b"\r\n"):
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
-            if length:
-                await reader.readexactly(length)
+            request = json.loads(await reader.readexactly(length)) if length else {}
             path = head.split(b" ", 2)[1]
             if path == b"/v1/chat/completions" and SLOTS is not None:
                 async with SLOTS:
-                    await answer(writer)
+                    await answer(writer, request)
             elif path == b"/v1/chat/completions":
-                await answer(writer)
+                await answer(writer, request)
             else:
                 body = b""
                 if path == b"/v1/models":

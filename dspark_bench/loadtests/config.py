@@ -140,7 +140,7 @@ class RunConfig:
                                help="environment variable holding the API key for --url servers")
     served_model_name: str | None = setting(None, kind=str, example="tiny-json", flag=None,
                                             help="the model name local arms serve, and --url servers are asked for (default: the model folder's name)")
-    server_args: tuple[str, ...] = setting(("--dtype", "bfloat16", "--max-model-len", "1024"), kind=str, is_list=True,
+    server_args: tuple[str, ...] = setting(("--dtype", "bfloat16", "--max-model-len", "1024", "--enable-prompt-tokens-details"), kind=str, is_list=True,
                                            example="--dtype, bfloat16", flag=None,
                                            help="vLLM arguments given to every local arm")
     custom_arms: tuple[Arm, ...] = setting((), kind=dict, is_list=True, flag=None,

@@ -171,7 +171,7 @@ class SwarmSink:
 
     def write(self, record: RequestRecord) -> None:
         self.folder.write(record)
-        self.written += 1
+        self.written += record.ends_ticket  # a request, or an agent session's last turn
         if self.expected is not None and self.written == self.expected:
             _end_swarm(self.environment)
 

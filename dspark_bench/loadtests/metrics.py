@@ -29,6 +29,12 @@ Definitions (vLLM ``bench serve`` where they overlap):
 - goodput, with SLOs (``slo``: ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, each optional): a request is good
   when it is ``valid`` and meets every SLO given; good requests / wall time, and their output tokens /
   wall time. Without SLOs every valid request is good (goodput = the valid request rate).
+- prompt cache share: prompt tokens the server found in its prefix cache / prompt tokens, over the
+  requests whose server said (vLLM with --enable-prompt-tokens-details); for agent sessions also by turn.
+- agent sessions (one record per turn; ``RequestRecord.session``): sessions = measured sessions that
+  ended; session success rate = those whose every turn was answered validly / sessions; turns per
+  session = mean turns sent (a session ends at its first answer that is not valid). Every per-request
+  metric above counts each turn as a request.
 - achieved rate: measured requests sent per second, first send to last; send lag P95 (open loop): how
   late the client sent requests after their arrival time.
 - a level is valid when its achieved concurrency (open loop: achieved rate) is at least
@@ -42,6 +48,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -97,6 +104,11 @@ class LevelMetrics:
     send_lag_p95_ms: float | None = None  # open loop: how late the client sent requests after they were due
     connect_p95_ms: float | None = None  # send -> connection ready: the client's side of TTFT
     new_connection_rate: float | None = None  # requests that had to connect; a healthy closed loop reuses
+    cached_prompt_share: float | None = None  # prompt tokens found in the prefix cache; None: the server did not say
+    sessions: int | None = None  # agent sessions ended (None: not a session scenario)
+    session_success_rate: float | None = None
+    turns_per_session: float | None = None
+    cached_prompt_share_by_turn: list[float | None] | None = None  # turn 1, 2, ... of the sessions
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -252,6 +264,32 @@ def meets_slo(record: RequestRecord, slo: Mapping[str, float]) -> bool:
     return all((value := measured[key]) is not None and value * 1000.0 <= limit for key, limit in slo.items())
 
 
+def cached_share(records: Sequence[RequestRecord]) -> float | None:
+    """Prompt tokens served from the prefix cache / prompt tokens, over the records whose server said."""
+    told = [r for r in records if r.cached_tokens is not None and r.prompt_tokens]
+    return sum(r.cached_tokens or 0 for r in told) / sum(r.prompt_tokens or 0 for r in told) if told else None
+
+
+def session_metrics(measured: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Agent-session figures of a level's measured records (see the module's definitions); {} without
+    sessions. A session counts once it has ended: its last turn, or a turn that was not valid."""
+    sessions: dict[str, list[RequestRecord]] = {}
+    for record in measured:
+        if record.session is not None:
+            sessions.setdefault(record.session, []).append(record)
+    ended = [turns for turns in sessions.values() if any(r.ends_ticket for r in turns)]
+    if not ended:
+        return {}
+    most = max(r.turn or 0 for turns in ended for r in turns) + 1
+    return {
+        "sessions": len(ended),
+        "session_success_rate": sum(all(r.verdict == Verdict.VALID.value for r in turns) and len(turns) == turns[0].turns
+                                    for turns in ended) / len(ended),  # fmt: skip
+        "turns_per_session": float(np.mean([len(turns) for turns in ended])),
+        "cached_prompt_share_by_turn": [cached_share([r for turns in ended for r in turns if r.turn == n]) for n in range(most)],
+    }
+
+
 def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | None = None) -> LevelMetrics:
     measured = [r for r in records if not r.warmup]
     n = len(measured)
@@ -317,4 +355,6 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         good_tok_s=per_second(sum(r.output_tokens or 0 for r in good), wall),
         connect_p95_ms=percentile_ms([r.t_connected - r.t_send for r in measured if r.t_connected is not None], 95),
         new_connection_rate=float(np.mean(fresh)) if (fresh := [r.new_connection for r in measured if r.new_connection is not None]) else None,
+        cached_prompt_share=cached_share(measured),
+        **session_metrics(measured),
     )

@@ -93,6 +93,7 @@ class StreamResult:
     t_last_byte: float | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where the server gives it
     finish_reason: str | None = None
     error: str | None = None
     chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk that carried content
@@ -134,6 +135,8 @@ def consume_sse(lines: Iterable[str | bytes], now: Callable[[], float]) -> Strea
         if usage:
             result.prompt_tokens = usage.get("prompt_tokens")
             result.output_tokens = usage.get("completion_tokens")
+            if isinstance(details := usage.get("prompt_tokens_details"), dict):
+                result.cached_tokens = details.get("cached_tokens")
     result.text = "".join(parts)
     if result.error is None and result.finish_reason is None:
         result.error = "stream ended without a finish_reason"

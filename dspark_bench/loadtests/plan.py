@@ -61,7 +61,8 @@ WIRED = {WIRE: True}
 
 @dataclass
 class LevelPlan:
-    """The requests of one level for one arm: warm-up tickets first, then exactly ``count`` measured.
+    """The requests of one level for one arm: warm-up tickets first, then exactly ``count`` measured. A
+    ticket is one request, or one agent session (its turns, one record each).
 
     Its fields are of three kinds. What the level asks (``WIRED``: sent to Locust workers as they are,
     ``workers.plan_message``), with ``request`` and ``arrivals`` sent whole and ``samples`` rebuilt by each
@@ -90,6 +91,7 @@ class LevelPlan:
     aborted: str | None = None
     records: list[RequestRecord] = field(default_factory=list)  # this level's completed requests, in order
     _issued: int = 0
+    _done: int = 0  # tickets completed
     _due: list[float] = field(default_factory=list)  # open loop: absolute send times, from the first ticket
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -121,12 +123,14 @@ class LevelPlan:
     def complete(self, record: RequestRecord) -> None:
         self.sink.write(record)
         with self._lock:
+            self._done += record.ends_ticket
             if self.count is not None:  # web UI runs go on for hours: their records live on disk only
                 self.records.append(record)
 
     @property
     def completed(self) -> int:
-        return len(self.records)
+        """Tickets done: requests, or agent sessions (one record per turn)."""
+        return self._done
 
     @property
     def total(self) -> int | None:

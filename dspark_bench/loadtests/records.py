@@ -48,6 +48,14 @@ class RequestRecord:
     itl_ms: list[float] | None = None
     t_scheduled: float | None = None  # open loop: when the request was due (t_send - t_scheduled: the client's lag)
     tags: list[str] | None = None  # the dataset line's labels (scenarios.dataset), for the report's groups
+    # prompt tokens the server found in its prefix cache (usage.prompt_tokens_details, which vLLM gives
+    # with --enable-prompt-tokens-details); None: the server did not say
+    cached_tokens: int | None = None
+    # An agent session's turn (scenarios.session): the session's id, this turn's number from 0, and how
+    # many turns the session has; None for a single request.
+    session: str | None = None
+    turn: int | None = None
+    turns: int | None = None
 
     @property
     def e2e_s(self) -> float | None:
@@ -62,6 +70,12 @@ class RequestRecord:
         """Time per output token after the first; None without two tokens and both timings."""
         e2e, ttft, tokens = self.e2e_s, self.ttft_s, self.output_tokens or 0
         return (e2e - ttft) / (tokens - 1) if e2e is not None and ttft is not None and tokens > 1 else None
+
+    @property
+    def ends_ticket(self) -> bool:
+        """This record completes its ticket: a single request, or a session's last turn, or the turn whose
+        answer ended the session (not valid)."""
+        return self.turn is None or self.turn + 1 >= (self.turns or 0) or self.verdict != "valid"
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> RequestRecord:

@@ -134,7 +134,7 @@ def _measure_level(
         metrics = level_metrics(plan.records, config.slo)
         # the load generator's own cost (this process and its workers): CPU seconds per request, and the
         # share of a core each of its load-sending processes used
-        client = client_load(snapshot, after, plan.completed, senders=pool.count if pool else 1)
+        client = client_load(snapshot, after, len(plan.records), senders=pool.count if pool else 1)
         health = level_health(
             plan.level,
             metrics,

@@ -1,5 +1,5 @@
-"""The Locust user: takes a ticket from its level's plan, sends one streaming chat completion, validates
-the answer, records it, and reports it to Locust.
+"""The Locust user: takes a ticket from its level's plan, sends one streaming chat completion (or an agent
+session's turns, one after another), validates each answer, records it, and reports it to Locust.
 
 Closed loop: no wait between requests (not even a trip through Locust's scheduler), so concurrency is
 the number of users. Invalid answers are
@@ -102,11 +102,28 @@ class ChatCompletionsUser(User):
         while (plan := self.plan) is not None and self._state != LOCUST_STATE_STOPPING and (ticket := plan.next_ticket()) is not None:
             if (due := plan.due(ticket[2])) is not None:  # open loop: wait for the request's arrival time
                 gevent.sleep(max(0.0, due - time.time()))
-            self.chat(plan, *ticket)
+            sample, warmup, index = ticket
+            if sample.turns:
+                self.session(plan, sample, warmup, index)
+            else:
+                self.chat(plan, sample, warmup, index)
         raise StopUser()
 
-    def chat(self, plan: LevelPlan, sample: Sample, warmup: bool, index: int) -> None:
-        """One request of ``plan``: send, stream, validate, record, report to Locust."""
+    def session(self, plan: LevelPlan, sample: Sample, warmup: bool, index: int) -> None:
+        """An agent session (``scenarios.session``): its turns one after another, each sent with the
+        conversation so far, the server's own answers included; it ends at its last turn, at the first
+        answer that is not valid, or when Locust stops the user gracefully."""
+        history = list(sample.messages)
+        for number in range(len(sample.turns)):
+            request = sample.turn_request(number, history)
+            record = self.chat(plan, request, warmup, index, turn=(number, len(sample.turns)))
+            if record.verdict != Verdict.VALID.value or self._state == LOCUST_STATE_STOPPING:
+                return
+            history = [*request.messages, {"role": "assistant", "content": record.output}]
+
+    def chat(self, plan: LevelPlan, sample: Sample, warmup: bool, index: int, turn: tuple[int, int] | None = None) -> RequestRecord:
+        """One request of ``plan``: send, stream, validate, record, report to Locust. ``turn``: (number,
+        turns) of an agent session's turn."""
         level = plan.level or (self.environment.runner.user_count if self.environment.runner else 1)
         scheduled = plan.due(index)
         request = plan.request
@@ -156,13 +173,16 @@ class ChatCompletionsUser(User):
             error=error,
             timed_out=timed_out,
         )
+        ticket_id = (
+            f"{sample.scenario}.{request.mode.value}.{'r' if plan.arrivals else 'c'}{level:g}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
+            + (f".{worker_tag(self.environment)}.{index}" if plan.ticket_ids else "")
+        )
         record = RequestRecord(
             arm=plan.arm,
             level=level,
             scenario=sample.scenario,
             mode=request.mode.value,
-            request_id=f"{sample.scenario}.{request.mode.value}.{'r' if plan.arrivals else 'c'}{level:g}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
-            + (f".{worker_tag(self.environment)}.{index}" if plan.ticket_ids else ""),
+            request_id=ticket_id if turn is None else f"{ticket_id}.t{turn[0]}",
             seed=sample.seed,
             repeat=plan.repeat,
             warmup=warmup,
@@ -185,11 +205,15 @@ class ChatCompletionsUser(User):
             tags=list(sample.tags) or None,
             t_scheduled=scheduled,
             itl_ms=[round((b - a) * 1000, 2) for a, b in zip(result.chunk_times, result.chunk_times[1:], strict=False)] if result else None,
+            cached_tokens=result.cached_tokens if result else None,
+            session=None if turn is None else ticket_id,
+            turn=None if turn is None else turn[0],
+            turns=None if turn is None else turn[1],
         )
         plan.complete(record)
         self.environment.events.request.fire(
             request_type="CHAT",
-            name=f"{plan.arm} {sample.scenario}/{request.mode.value}",
+            name=f"{plan.arm} {sample.scenario}/{request.mode.value}" + ("" if turn is None else f" turn {turn[0] + 1}"),
             response_time=(record.e2e_s or 0.0) * 1000.0,
             response_length=record.output_tokens or 0,
             exception=None
@@ -197,3 +221,4 @@ class ChatCompletionsUser(User):
             else RuntimeError(f"{validation.verdict.value}: {validation.detail[:120]}"),
             context={"verdict": validation.verdict.value, "warmup": warmup},
         )
+        return record

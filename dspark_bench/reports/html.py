@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 from dspark_bench.loadtests.arms import REFERENCE_ARM  # noqa: E402
 from dspark_bench.loadtests.results import RunResults, levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, interval_note, load_records, repeat_count  # noqa: E402
-from dspark_bench.reports.tables import SPEEDUP_COLUMN, capacity_lines, summary_frame, tag_frame  # noqa: E402
+from dspark_bench.reports.tables import SPEEDUP_COLUMN, capacity_lines, session_lines, summary_frame, tag_frame  # noqa: E402
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#222;max-width:1200px}
@@ -285,6 +285,13 @@ def _capacity(results: RunResults) -> list[str]:
     return ["<h2>Capacity at the SLO</h2>", f"<p>{verdict}</p>", pd.DataFrame(rows).to_html(index=False)]
 
 
+def _sessions(results: RunResults) -> list[str]:
+    """An agent-session run: success, turns and the prefix cache's share of each turn's prompt."""
+    if not (lines := session_lines(results)):
+        return []
+    return ["<h2>Agent sessions</h2>", "<p>" + "<br>".join(html.escape(line) for line in lines) + "</p>"]
+
+
 def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()) -> Path:
     """The run's page; ``history``: its history panel (``reports.history.history_panel``), when a store had one."""
     summary = summary_frame(results)
@@ -309,7 +316,7 @@ def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()
     records = load_records(out_path.parent)
     all_records = load_records(out_path.parent, include_warmup=True)
     detail = levels_frame(results)
-    parts[2:2] = [*_verdicts(results, records, summary), *_capacity(results), *history]
+    parts[2:2] = [*_verdicts(results, records, summary), *_sessions(results), *_capacity(results), *history]
     # scenario names as the levels record them (a dataset's name is its file's stem, not the path given)
     for scenario in sorted({level.scenario for level in results.levels}):
         for base in ("baseline", "baseline-constrained"):

@@ -3,6 +3,7 @@ reference arm (``intervals.paired_ratio``), and its text form."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from dspark_bench.loadtests.arms import ORACLE_ARM, REFERENCE_ARM
@@ -123,4 +124,29 @@ def capacity_lines(results: RunResults) -> list[str]:
             if capacity and found.get(REFERENCE_ARM) and entry["arm"] != REFERENCE_ARM:
                 ratio = f"; {capacity / found[REFERENCE_ARM]:.2f}x {REFERENCE_ARM}"
             lines.append(f"  {entry['arm']}: {said} ({len(entry.get('probes', []))} probes){ratio}")
+    return lines
+
+
+def session_lines(results: RunResults) -> list[str]:
+    """An agent-session run's figures, a line per (scenario, level, arm), medians over repeats: sessions,
+    the share that succeeded (every turn valid), turns per session, and the share of each turn's prompt
+    tokens the server found in its prefix cache; [] for runs without sessions."""
+    groups: dict[tuple[str, float, str], list] = {}
+    for level in results.levels:
+        if level.metrics.sessions:
+            groups.setdefault((level.scenario, level.level, level.arm), []).append(level.metrics)
+    if not groups:
+        return []
+    unit = "req/s" if results.config.rates else "users"
+    lines = ["agent sessions (median over repeats): sessions, success (every turn valid), turns per session, prompt cached by turn:"]
+    for (scenario, load, arm), metrics in groups.items():
+        turns = max(len(m.cached_prompt_share_by_turn or []) for m in metrics)
+        by_turn = [[s for m in metrics if len(m.cached_prompt_share_by_turn or []) > n and (s := m.cached_prompt_share_by_turn[n]) is not None]
+                   for n in range(turns)]  # fmt: skip
+        cached = ", ".join(f"turn {n + 1} {float(np.median(shares)):.0%}" for n, shares in enumerate(by_turn) if shares)
+        lines.append(
+            f"  {scenario} at {load:g} {unit}, {arm}: {np.median([m.sessions for m in metrics]):g} sessions, "
+            f"{np.median([m.session_success_rate for m in metrics]):.0%} succeeded, "
+            f"{np.median([m.turns_per_session for m in metrics]):.2f} turns each; cached: {cached or 'the server did not say'}"
+        )
     return lines

@@ -15,6 +15,7 @@ from dspark_bench.scenarios.spec import (
     Scenario,
     ScenarioError,
     Split,
+    Turn,
     builtin_names,
     check_schema,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "Split",
+    "Turn",
     "TraceScenario",
     "builtin_names",
     "check_schema",

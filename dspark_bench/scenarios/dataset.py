@@ -50,11 +50,11 @@ def is_dataset_path(name_or_path: str | Path) -> bool:
     return path.suffix.lower() in SUFFIXES or path.is_dir()
 
 
-def _line_error(path: Path, line: int, field: str, problem: str, fix: str) -> ScenarioError:
+def line_error(path: Path, line: int, field: str, problem: str, fix: str) -> ScenarioError:
     return ScenarioError(path, f"line {line}: {field}", problem, fix)
 
 
-def _rows(path: Path) -> list[tuple[int, Any]]:
+def rows_of(path: Path) -> list[tuple[int, Any]]:
     """(line number, raw row) for every request in the file or folder."""
     if path.is_dir():
         files = sorted(path.glob("*.json"))
@@ -72,7 +72,7 @@ def _rows(path: Path) -> list[tuple[int, Any]]:
             try:
                 rows.append((number, json.loads(text)))
             except ValueError as exc:
-                raise _line_error(path, number, "(line)", f"not JSON ({exc})", "write one JSON object per line") from None
+                raise line_error(path, number, "(line)", f"not JSON ({exc})", "write one JSON object per line") from None
         return rows
     if suffix == ".json":
         data = _read_json(path)
@@ -101,7 +101,7 @@ def _csv_row(path: Path, number: int, row: dict[str, str]) -> dict[str, Any]:
             try:
                 out[key] = json.loads(cell)
             except ValueError:
-                raise _line_error(path, number, key, "is not JSON", f"write the {key} cell as JSON") from None
+                raise line_error(path, number, key, "is not JSON", f"write the {key} cell as JSON") from None
         elif key == "answer":
             try:
                 out[key] = json.loads(cell) if cell.lstrip()[:1] in ("{", "[") else cell
@@ -119,27 +119,27 @@ def _csv_row(path: Path, number: int, row: dict[str, str]) -> dict[str, Any]:
 def _request(path: Path, number: int, raw: Any) -> dict[str, Any]:
     """One line, checked and normalised: messages, schema, response_format, answer, max_tokens, tags, is_json."""
     if not isinstance(raw, dict):
-        raise _line_error(path, number, "(line)", "not an object", 'write {"prompt": "..."} or {"messages": [...]}')
+        raise line_error(path, number, "(line)", "not an object", 'write {"prompt": "..."} or {"messages": [...]}')
     if "tests" in raw and "schema" in raw and "messages" not in raw and "prompt" not in raw:
         raw = {"prompt": SCHEMA_PROMPT.format(schema=json.dumps(raw["schema"], ensure_ascii=False)), "schema": raw["schema"],
                "tags": [str(raw.get("meta", {}).get("source", "jsonschemabench"))] if isinstance(raw.get("meta"), dict) else []}  # fmt: skip
     unknown = sorted(set(raw) - set(KNOWN_FIELDS) - {"tests"})
     if unknown:
-        raise _line_error(path, number, unknown[0], "unknown field", f"use {', '.join(KNOWN_FIELDS[:7])}")
+        raise line_error(path, number, unknown[0], "unknown field", f"use {', '.join(KNOWN_FIELDS[:7])}")
     if ("messages" in raw) == ("prompt" in raw):
-        raise _line_error(path, number, "messages", "give exactly one of messages and prompt", 'add "prompt": "..." or "messages": [...]')
+        raise line_error(path, number, "messages", "give exactly one of messages and prompt", 'add "prompt": "..." or "messages": [...]')
     if "prompt" in raw:
         if not isinstance(raw["prompt"], str) or not raw["prompt"].strip():
-            raise _line_error(path, number, "prompt", "not a non-empty string", 'write "prompt": "your request"')
+            raise line_error(path, number, "prompt", "not a non-empty string", 'write "prompt": "your request"')
         messages = [{"role": "user", "content": raw["prompt"]}]
     else:
         messages = raw["messages"]
         fix = 'write "messages": [{"role": "user", "content": "..."}]'
         if not isinstance(messages, list) or not messages:
-            raise _line_error(path, number, "messages", "not a non-empty list", fix)
+            raise line_error(path, number, "messages", "not a non-empty list", fix)
         for message in messages:
             if not isinstance(message, dict) or message.get("role") not in ROLES or not isinstance(message.get("content"), str):
-                raise _line_error(path, number, "messages", f"{json.dumps(message)[:80]} is not a chat message", fix)
+                raise line_error(path, number, "messages", f"{json.dumps(message)[:80]} is not a chat message", fix)
     schema = raw.get("schema")
     if schema is not None:
         try:
@@ -150,22 +150,22 @@ def _request(path: Path, number: int, raw: Any) -> dict[str, Any]:
     if response_format is not None:
         kind = response_format.get("type") if isinstance(response_format, dict) else None
         if kind not in ("text", "json_object", "json_schema"):
-            raise _line_error(path, number, "response_format", f"{json.dumps(response_format)[:80]} is not an OpenAI response_format",
+            raise line_error(path, number, "response_format", f"{json.dumps(response_format)[:80]} is not an OpenAI response_format",
                               'write {"type": "json_object"}, {"type": "json_schema", "json_schema": {...}} or {"type": "text"}')  # fmt: skip
         if kind == "json_schema":
             inner = response_format.get("json_schema")
             if not isinstance(inner, dict) or not isinstance(inner.get("schema"), dict):
-                raise _line_error(path, number, "response_format", "json_schema without a schema",
+                raise line_error(path, number, "response_format", "json_schema without a schema",
                                   'write {"type": "json_schema", "json_schema": {"name": "x", "schema": {...}}}')  # fmt: skip
             check_schema(inner["schema"], path, f"line {number}: response_format.json_schema.schema")
             schema = schema if schema is not None else inner["schema"]
     max_tokens = raw.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
-        raise _line_error(path, number, "max_tokens", f"{max_tokens!r} is not a positive integer", 'write "max_tokens": 256')
+        raise line_error(path, number, "max_tokens", f"{max_tokens!r} is not a positive integer", 'write "max_tokens": 256')
     tags = raw.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(t, str | int) and not isinstance(t, bool) for t in tags):
         example = json.dumps([tags] if isinstance(tags, str) else ["invoices", "long"])
-        raise _line_error(path, number, "tags", f"{json.dumps(tags)[:60]} is not a list of labels", f'write "tags": {example}')
+        raise line_error(path, number, "tags", f"{json.dumps(tags)[:60]} is not a list of labels", f'write "tags": {example}')
     answer = raw.get("answer")
     is_json = (
         schema is not None
@@ -176,7 +176,7 @@ def _request(path: Path, number: int, raw: Any) -> dict[str, Any]:
         from jsonschema import Draft202012Validator, FormatChecker
 
         if error := next(iter(Draft202012Validator(schema, format_checker=FormatChecker()).iter_errors(answer)), None):
-            raise _line_error(path, number, "answer", f"breaks the line's own schema: {error.message}", "correct the answer or the schema")
+            raise line_error(path, number, "answer", f"breaks the line's own schema: {error.message}", "correct the answer or the schema")
     return {
         "messages": messages,
         "schema": schema,
@@ -188,16 +188,16 @@ def _request(path: Path, number: int, raw: Any) -> dict[str, Any]:
     }
 
 
-def _scenario_name(path: Path) -> str:
+def scenario_name(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", path.stem if path.is_file() else path.name).strip("_") or "dataset"
 
 
 def load_dataset(path: Path, name: str | None = None, description: str | None = None) -> Scenario:
     """The scenario of a dataset file or folder; raises ScenarioError naming the line, the field and the fix."""
-    rows = [_request(path, number, raw) for number, raw in _rows(path)]
+    rows = [_request(path, number, raw) for number, raw in rows_of(path)]
     if not rows:
         raise ScenarioError(path, "(file)", "holds no requests", "add one request per line")
-    return DatasetScenario(**scenario_fields(path, rows, name or _scenario_name(path), description or f"requests from {path}"))
+    return DatasetScenario(**scenario_fields(path, rows, name or scenario_name(path), description or f"requests from {path}"))
 
 
 def scenario_fields(path: Path, rows: list[dict[str, Any]], name: str, description: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import importlib
 import json
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -44,12 +44,25 @@ class Split(StrEnum):
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One turn of an agent session: the user's message (the last tool's result folded in, so any chat
+    template takes it), the schema its answer must meet (the called tool's parameters; None: any JSON)
+    and, optionally, the expected answer."""
+
+    message: str
+    schema: dict[str, Any] | None = None
+    expected: Any = None
+    tool: str | None = None
+
+
+@dataclass(frozen=True)
 class Example:
     """What a generator returns for one seed."""
 
     messages: list[dict[str, str]]
     answer: Any  # the ground truth: a JSON value, or the reference text for text scenarios
     schema: dict[str, Any] | None = None  # per-request schema (overrides the file's, e.g. tool calls)
+    turns: tuple[Turn, ...] = ()  # an agent session: its turns, sent one after another after ``messages``
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,15 @@ class Sample:
     explicit_format: dict[str, Any] | None = None  # sent as is by arms that constrain the output
     max_tokens: int | None = None  # this request's own limit (else the run's)
     tags: tuple[str, ...] = ()  # groups for the report
+    # An agent session (scenarios.session): the turns a user sends one after another, each with the
+    # conversation so far; ``messages`` is what comes before the first turn. Empty: one request.
+    turns: tuple[Turn, ...] = ()
+
+    def turn_request(self, number: int, history: list[dict[str, str]]) -> Sample:
+        """The request of turn ``number`` after ``history`` (the session's messages so far, answers included)."""
+        turn = self.turns[number]
+        messages = [*history, {"role": "user", "content": turn.message}]
+        return replace(self, messages=messages, schema=turn.schema, answer=turn.expected, turns=())
 
     @property
     def request_id(self) -> str:
@@ -111,6 +133,7 @@ class Scenario:
     source: Path
     schema: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)  # free data for the generator (tool lists...)
+    max_tokens: int | None = None  # each request's own limit (else the run's): agent sessions' context grows
 
     @property
     def is_json(self) -> bool:
@@ -132,6 +155,8 @@ class Scenario:
             schema=example.schema if example.schema is not None else self.schema,
             answer=example.answer,
             is_json=self.is_json,
+            max_tokens=self.max_tokens,
+            turns=example.turns,
         )
 
     def samples(self, split: Split | str, count: int, offset: int = 0) -> Iterator[Sample]:
@@ -153,7 +178,7 @@ def parse_scenario_yaml(path: Path, raw: dict[str, Any]) -> Scenario:
 
 
 _REQUIRED = ("name", "description", "generator", "output", "modes", "splits")
-_KNOWN = set(_REQUIRED) | {"schema", "params"}
+_KNOWN = set(_REQUIRED) | {"schema", "params", "max_tokens"}
 
 
 def _parse(path: Path, raw: dict[str, Any]) -> Scenario:
@@ -173,7 +198,11 @@ def _parse(path: Path, raw: dict[str, Any]) -> Scenario:
         check_schema(schema, path, "schema")
     if output == "json" and schema is None and Mode.JSON_SCHEMA in modes and not raw.get("params"):
         raise ScenarioError(path, "schema", "json_schema mode needs a schema", "add 'schema:' or drop json_schema")
+    max_tokens = raw.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
+        raise ScenarioError(path, "max_tokens", f"{max_tokens!r} is not a positive integer", "write 'max_tokens: 160', or leave it out")
     scenario = Scenario(
+        max_tokens=max_tokens,
         name=str(raw["name"]),
         description=str(raw["description"]),
         output=output,
@@ -375,10 +404,13 @@ def _smoke_test(scenario: Scenario) -> None:
             raise ScenarioError(
                 scenario.source, "generator", f"raised {type(exc).__name__}: {exc} (seed {start}, {split})", "fix the generator"
             ) from None
-        if scenario.is_json and sample.schema is not None:
-            if sample.schema is not scenario.schema:
-                check_schema(sample.schema, scenario.source, "generator (per-request schema)")
-            errors = list(Draft202012Validator(sample.schema, format_checker=FormatChecker()).iter_errors(sample.answer))
+        checks = [(t.schema, t.expected) for t in sample.turns if t.schema is not None and t.expected is not None]
+        if scenario.is_json and sample.schema is not None and not sample.turns:
+            checks.append((sample.schema, sample.answer))
+        for schema, answer in checks:
+            if schema is not scenario.schema:
+                check_schema(schema, scenario.source, "generator (per-request schema)")
+            errors = list(Draft202012Validator(schema, format_checker=FormatChecker()).iter_errors(answer))
             if errors:
                 raise ScenarioError(
                     scenario.source,

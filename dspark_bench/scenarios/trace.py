@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.scenarios.dataset import ENCODING, DatasetScenario, _request, _scenario_name, scenario_fields
+from dspark_bench.scenarios.dataset import ENCODING, DatasetScenario, _request, scenario_fields, scenario_name
 from dspark_bench.scenarios.spec import ScenarioError
 
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
@@ -199,7 +199,7 @@ def load_trace(path: Path, name: str | None = None, model_dir: str | Path | None
             rows.append(_request(path, line, timeless))
         if index and arrivals[-1] < arrivals[-2]:
             raise _fail(path, line, "timestamp", "earlier than the line before", "sort the trace by arrival time")
-    fields = scenario_fields(path, rows, name or _scenario_name(path), f"the trace {path}")
+    fields = scenario_fields(path, rows, name or scenario_name(path), f"the trace {path}")
     return TraceScenario(**fields, offsets_s=tuple(at - arrivals[0] for at in arrivals))
 
 

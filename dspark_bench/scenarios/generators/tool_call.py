@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dspark_bench.scenarios.generators import politeness, pools
+from dspark_bench.scenarios.session import signature
 from dspark_bench.scenarios.spec import Example, Scenario
 
 CITIES = [c for c, _ in pools.EN_CITIES] + ["London", "Paris", "Tokyo", "Berlin", "Sydney", "Toronto"]
@@ -129,19 +130,6 @@ FILLERS: dict[str, Callable[[random.Random], tuple[dict[str, Any], str]]] = {
     "set_thermostat": _thermostat,
     "convert_currency": _currency,
 }
-
-
-def signature(tool: dict[str, Any]) -> str:
-    """One line per tool, derived from its schema: ``name(arg: type, opt?: a|b): description``."""
-    params = tool["parameters"]
-    required = set(params.get("required", []))
-    args = []
-    for name, prop in params["properties"].items():
-        kind = "|".join(prop["enum"]) if "enum" in prop else prop.get("type", "any")
-        if kind == "array":
-            kind = f"{prop['items'].get('type', 'any')}[]"
-        args.append(f"{name}{'' if name in required else '?'}: {kind}")
-    return f"- {tool['name']}({', '.join(args)}): {tool['description']}"
 
 
 def generate(rng: random.Random, scenario: Scenario) -> Example:
