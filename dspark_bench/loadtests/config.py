@@ -172,7 +172,7 @@ class RunConfig:
     def scenario(self, name: str) -> Scenario:
         """A scenario of this run: the trace counts its token lengths in the run's model's tokenizer."""
         if self.trace is not None and name == self.trace:
-            return load_trace(Path(name), model_dir=self.model)
+            return load_trace(Path(name), load_scenario, model_dir=self.model)
         return load_scenario(name)
 
     def measured_requests(self, level: float) -> int:

@@ -43,7 +43,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
 def _load_file(path: Path, name: str | None = None, description: str | None = None) -> Scenario:
     """A data file by what its rows hold: arrival times (a trace), turns (agent sessions), or requests."""
     if path.is_file() and is_trace(path):
-        return load_trace(path)
+        return load_trace(path, load_scenario)
     if is_session_file(path):
         return load_sessions(path, name, description)
     return load_dataset(path, name, description)

@@ -9,7 +9,8 @@ Three formats, told apart by their columns and read as published:
   ``ContextTokens``, ``GeneratedTokens``.
 - **Requests of your own** (JSON Lines or CSV): ``timestamp`` in milliseconds beside the fields of a
   dataset line (``prompt`` or ``messages``, ``schema``, ``response_format``, ``max_tokens``, ``answer``,
-  ``tags``: see ``scenarios.dataset``).
+  ``tags``: see ``scenarios.dataset``), or beside ``scenario`` and ``index``: the index-th request of a
+  scenario (a built-in name, or a dataset file, its path relative to the trace's folder).
 
 A row that gives only token lengths becomes a synthetic JSON request: a prompt of that many tokens of
 the run's model (its tokenizer, chat template included; one word per token for a server whose tokenizer
@@ -28,12 +29,15 @@ import csv
 import functools
 import json
 import random
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.scenarios.dataset import ENCODING, DatasetScenario, _request, scenario_fields, scenario_name
-from dspark_bench.scenarios.spec import ScenarioError
+from dspark_bench.scenarios.dataset import ENCODING, DatasetScenario, _request, is_dataset_path, scenario_fields, scenario_name
+from dspark_bench.scenarios.spec import Scenario, ScenarioError, Split
+
+ScenarioLoader = Callable[[str | Path], Scenario]
 
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
 AZURE_FIELDS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -180,9 +184,32 @@ def _synthetic_row(path: Path, line: int, row: dict[str, Any], index: int, token
     }
 
 
-def load_trace(path: Path, name: str | None = None, model_dir: str | Path | None = None) -> TraceScenario:
+def _indexed_row(path: Path, line: int, row: dict[str, Any], loaded: dict[str, Scenario], loader: ScenarioLoader) -> dict[str, Any]:
+    """The request a row names by ``scenario`` and ``index`` (into the scenario's eval split), as a dataset row."""
+    name, index = row.get("scenario"), _count(path, line, row, "index", 0)
+    fix = 'write "scenario": "order_extraction" (a built-in name, or a dataset file beside the trace)'
+    if not isinstance(name, str) or not name.strip():
+        raise _fail(path, line, "scenario", f"{name!r} is not a scenario", fix)
+    if name not in loaded:
+        try:
+            loaded[name] = loader(path.parent / name if is_dataset_path(name) else name)
+        except ScenarioError as exc:
+            raise _fail(path, line, "scenario", f"cannot be loaded ({exc})", fix) from None
+    scenario = loaded[name]
+    start, stop = scenario.splits[Split.EVAL]
+    if index >= min(stop - start, scenario.distinct_prompts):
+        raise _fail(path, line, "index", f"{index} is past the {scenario.distinct_prompts} requests of {name}", "give a smaller index")
+    sample = scenario.sample(start + index)
+    if sample.turns:
+        raise _fail(path, line, "scenario", f"{name} holds agent sessions, which a trace does not replay", "name a scenario of single requests")
+    return {"messages": sample.messages, "schema": sample.schema, "response_format": sample.explicit_format, "answer": sample.answer,
+            "max_tokens": sample.max_tokens, "tags": sample.tags, "is_json": sample.is_json}  # fmt: skip
+
+
+def load_trace(path: Path, loader: ScenarioLoader, name: str | None = None, model_dir: str | Path | None = None) -> TraceScenario:
     """A trace file as a scenario with arrival times; raises ScenarioError naming the line, field and fix.
-    Token lengths count in the tokenizer of ``model_dir`` when it has one (else a word is a token)."""
+    Token lengths count in the tokenizer of ``model_dir`` when it has one (else a word is a token);
+    ``loader`` (``load_scenario``) loads the scenarios that rows index into."""
     raw = _rows(path)
     tokenizer = None
     if model_dir is not None and (Path(model_dir) / "tokenizer_config.json").exists():
@@ -190,11 +217,14 @@ def load_trace(path: Path, name: str | None = None, model_dir: str | Path | None
     if not raw:
         raise ScenarioError(path, "(file)", "holds no requests", "add one request per line")
     rows, arrivals = [], []
+    loaded: dict[str, Scenario] = {}  # scenarios that rows index into
     for index, (line, row) in enumerate(raw):
         arrivals.append(_arrival_s(path, line, row))
         timeless = {k: v for k, v in row.items() if k not in ("timestamp", "TIMESTAMP")}
         if any(field in row for field in (*MOONCAKE_FIELDS[1:], *AZURE_FIELDS[1:])):
             rows.append(_synthetic_row(path, line, row, index, tokenizer))
+        elif "index" in row or "scenario" in row:
+            rows.append(_indexed_row(path, line, row, loaded, loader))
         else:
             rows.append(_request(path, line, timeless))
         if index and arrivals[-1] < arrivals[-2]:

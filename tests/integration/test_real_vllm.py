@@ -18,9 +18,10 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize("scenario", load_all(), ids=lambda s: s.name)
 def test_shipped_model_answers_each_scenario(stock_server, scenario):
     sample = next(scenario.samples(Split.EVAL, 1))
+    messages = sample.turn_request(0, sample.messages).messages if sample.turns else sample.messages  # a session: its first turn
     response = httpx.post(
         f"{stock_server.base_url}/v1/chat/completions",
-        json={"model": stock_server.model, "messages": sample.messages, "max_tokens": 512, "temperature": 0},
+        json={"model": stock_server.model, "messages": messages, "max_tokens": 512, "temperature": 0},
         timeout=120,
     )
     response.raise_for_status()
@@ -206,3 +207,55 @@ def test_a_users_dataset_runs_end_to_end_on_a_server_given_by_url(stock_server, 
     assert all((r["output_tokens"] or 0) <= 128 for r in records)  # each line's own max_tokens
     page = (run / "report.html").read_text()
     assert "By tag" in page and "invoice" in page
+
+
+def _bench_by_url(stock_server, tmp_path: Path, name: str, *args: str) -> Path:
+    """``dspark-bench bench`` against the session's stock server, as baseline-constrained; its run folder."""
+    out = subprocess.run(
+        [sys.executable, "-m", "dspark_bench", "bench", "--url", f"baseline-constrained={stock_server.base_url}",
+         "--arms", "baseline-constrained", "--out", str(tmp_path), "--name", name, *args],  # fmt: skip
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (tmp_path / name / "stdout.txt").write_text(out.stdout)
+    return tmp_path / name
+
+
+def test_agent_sessions_send_each_turn_with_the_conversation_so_far_and_reuse_its_prefix(stock_server, tmp_path):
+    run = _bench_by_url(stock_server, tmp_path, "sessions", "--scenario", "agent_sessions", "--mode", "json_schema",
+                        "--levels", "2", "--requests", "4", "--warmup", "0")  # fmt: skip
+    records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    sessions: dict[str, list[dict]] = {}
+    for record in records:
+        sessions.setdefault(record["session"], []).append(record)
+    assert len(sessions) == 8  # 2 users x 4 waves: the level's requests are sessions
+    for turns in sessions.values():
+        turns.sort(key=lambda r: r["turn"])
+        assert [r["turn"] for r in turns] == list(range(len(turns))) and turns[0]["turns"] in (2, 3)
+        assert all(r["verdict"] == "valid" for r in turns[:-1])  # a session goes on only after a valid answer
+        assert len(turns) == turns[0]["turns"] or turns[-1]["verdict"] != "valid"
+        prompts = [r["prompt_tokens"] for r in turns]
+        assert prompts == sorted(prompts) and len(set(prompts)) == len(prompts)  # each turn extends the last
+        # the server found the earlier turns in its prefix cache (vLLM's usage.prompt_tokens_details)
+        assert all(r["cached_tokens"] and r["cached_tokens"] < r["prompt_tokens"] for r in turns[1:])
+    summary = (run / "stdout.txt").read_text()
+    assert "agent sessions" in summary and "succeeded" in summary and "turn 2" in summary
+
+
+def test_a_trace_replays_at_its_own_times_on_a_real_server(stock_server, tmp_path):
+    gaps_ms = [0, 300, 300, 1200, 150, 150, 150, 900, 300, 300]  # a burst, pauses
+    at, rows = 0, []
+    for index, gap in enumerate(gaps_ms):
+        at += gap
+        rows.append({"timestamp": at, "scenario": "order_extraction", "index": index})
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    run = _bench_by_url(stock_server, tmp_path, "replay", "--trace", str(trace), "--mode", "json_schema")
+    records = sorted((json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()), key=lambda r: r["t_scheduled"])
+    assert len(records) == len(rows) and all(r["verdict"] == "valid" for r in records)
+    offsets = [r["t_scheduled"] - records[0]["t_scheduled"] for r in records]
+    assert offsets == pytest.approx([row["timestamp"] / 1000 for row in rows], abs=1e-3)  # scheduled at the trace's times
+    assert max(r["t_send"] - r["t_scheduled"] for r in records) < 0.25  # ... and sent then
+    [level] = json.loads((run / "results.json").read_text())["levels"]
+    metrics = level["metrics"]
+    assert abs(metrics["achieved_rate"] / metrics["scheduled_rate"] - 1) < 0.1

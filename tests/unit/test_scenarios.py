@@ -11,15 +11,19 @@ DEFS = Path(__file__).resolve().parents[2] / "dspark_bench" / "scenarios" / "def
 
 def test_every_builtin_scenario_loads():
     names = {s.name for s in load_all()}
-    assert names == {"order_extraction", "review_sentiment", "tool_call", "freeform_qa"}
+    assert names == {"order_extraction", "review_sentiment", "tool_call", "freeform_qa", "agent_sessions"}
     assert set(builtin_names()) == names
 
 
-@pytest.mark.parametrize("name", ["order_extraction", "review_sentiment", "tool_call", "freeform_qa"])
+@pytest.mark.parametrize("name", ["order_extraction", "review_sentiment", "tool_call", "freeform_qa", "agent_sessions"])
 def test_generators_are_deterministic(name):
     scenario = load_scenario(name)
-    first = [s.answer_text() + json.dumps(s.messages) for s in scenario.samples(Split.EVAL, 20)]
-    again = [s.answer_text() + json.dumps(s.messages) for s in load_scenario(name).samples(Split.EVAL, 20)]
+
+    def request(s):
+        return s.answer_text() + json.dumps(s.messages) + repr(s.turns)
+
+    first = [request(s) for s in scenario.samples(Split.EVAL, 20)]
+    again = [request(s) for s in load_scenario(name).samples(Split.EVAL, 20)]
     assert first == again
     assert len(set(first)) > 10  # seeds differ, so requests differ
 

@@ -8,7 +8,7 @@ import pytest
 from dspark_bench.loadtests.config import ConfigError, load_config
 from dspark_bench.loadtests.records import read_records
 from dspark_bench.loadtests.sweep import run_sweep
-from dspark_bench.scenarios import Mode, ScenarioError, TraceScenario, load_scenario
+from dspark_bench.scenarios import Mode, ScenarioError, Split, TraceScenario, load_scenario
 from dspark_bench.scenarios.trace import SYNTHETIC_SCHEMA, synthetic_prompt
 
 
@@ -55,9 +55,23 @@ def test_a_trace_of_the_users_own_requests(tmp_path):
     assert trace.offsets_s == (0.0, 0.2505) and trace.sample(0).tags == ("a",) and trace.sample(1).explicit_format == {"type": "json_object"}
 
 
+def test_trace_rows_may_name_a_request_of_a_scenario_or_dataset_by_index(tmp_path):
+    (tmp_path / "mine.jsonl").write_text('{"prompt": "first", "schema": {"type": "object"}}\n{"prompt": "second", "schema": {"type": "object"}}\n')
+    trace = load_scenario(_jsonl(tmp_path / "indexed.jsonl", [
+        {"timestamp": 0, "scenario": "order_extraction", "index": 7},
+        {"timestamp": 500, "scenario": "mine.jsonl", "index": 1},
+    ]))  # fmt: skip
+    order = load_scenario("order_extraction").sample(load_scenario("order_extraction").splits[Split.EVAL][0] + 7)
+    assert trace.sample(0).messages == order.messages and trace.sample(0).schema == order.schema and trace.sample(0).answer == order.answer
+    assert trace.sample(1).messages[0]["content"] == "second" and trace.offsets_s == (0.0, 0.5)
+
+
 @pytest.mark.parametrize(
     ("line", "field"),
     [
+        ({"timestamp": 100, "scenario": "mine.jsonl", "index": 0}, "line 2: scenario"),  # no such file
+        ({"timestamp": 100, "scenario": "order_extraction", "index": -1}, "line 2: index"),
+        ({"timestamp": 100, "scenario": "agent_sessions", "index": 0}, "line 2: scenario"),
         ({"timestamp": "soon", "input_length": 10, "output_length": 5}, "line 2: timestamp"),
         ({"timestamp": 100, "input_length": -3, "output_length": 5}, "line 2: input_length"),
         ({"timestamp": 100, "input_length": 10, "output_length": 5, "hash_ids": ["a"]}, "line 2: hash_ids"),
