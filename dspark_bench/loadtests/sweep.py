@@ -118,9 +118,12 @@ def run_level(
 
 
 def _measure_level(
-    results: RunResults, endpoint: Endpoint, plan: LevelPlan, scenario: str, pool: WorkerPool | None, cache_reset: bool
+    results: RunResults, endpoint: Endpoint, plan: LevelPlan, scenario: str, pool: WorkerPool | None, cache_reset: bool,
+    stop_if_failing: bool = True,
 ) -> None:
-    """Run one level and append its result (also when it stopped early, then marked incomplete)."""
+    """Run one level and append its result (also when it stopped early, then marked incomplete). A level where
+    most requests failed stops the run, unless ``stop_if_failing`` is off (a capacity probe: failing is its
+    answer)."""
     config = results.config
     before = scrape(endpoint.base_url, endpoint.headers())
     harness = pool.pgids if pool else []
@@ -157,7 +160,8 @@ def _measure_level(
             )
         results.levels.append(result)
         results.write()
-    _stop_if_failing(plan)
+    if stop_if_failing:
+        _stop_if_failing(plan)
 
 
 def _find_capacity(
@@ -224,7 +228,7 @@ def _probe(
         users=config.max_concurrency,
         sample_source=(scenario_name, block[0]),
     )
-    _measure_level(results, endpoint, plan, scenario.name, pool, cache_reset)
+    _measure_level(results, endpoint, plan, scenario.name, pool, cache_reset, stop_if_failing=False)  # a probe that fails misses
     return results.levels[-1]
 
 
@@ -244,6 +248,8 @@ def smoke_test(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
     with the server's own message instead of a sweep of errors."""
     scenario = config.scenario(config.scenarios[0])
     sample = next(scenario.samples(Split.TRAIN, 1))  # not a measured prompt: it would sit in the prefix cache
+    if sample.turns:  # an agent session: its first turn
+        sample = sample.turn_request(0, sample.messages)
     request = config.request_settings(arm, endpoint.model, endpoint.headers(), scenario.is_json)
     body = chat_body(sample, request.mode, request.model, request.max_tokens, request.temperature)
     try:

@@ -67,7 +67,26 @@ def test_a_sweep_finds_the_capacity_of_a_server_that_has_one(tmp_path):
         server.wait()
     assert results.complete
     [entry] = load_results(tmp_path / "cap").capacity
-    assert entry["resolved"] and 8 <= entry["capacity_req_s"] <= 20, entry  # the queue starts at 20/s
-    assert [p["rate"] for p in entry["probes"]][:3] == [4.0, 8.0, 16.0]  # doubled from the first rate
+    # the queue starts at 20/s; below it a busy machine's hiccups may push a tenth of the answers past 150 ms
+    assert entry["resolved"] and 4 <= entry["capacity_req_s"] <= 20, entry
+    assert [p["rate"] for p in entry["probes"]][:2] == [4.0, 8.0]  # doubled from the first rate
     assert len(results.levels) == len(entry["probes"])  # each probe a level of the run
     assert "baseline-constrained: holds" in "\n".join(capacity_lines(results))
+
+
+def test_a_probe_where_most_requests_fail_is_a_miss_not_the_end_of_the_run(tmp_path):
+    # every answer takes 0.5 s and the client gives up after 0.2 s: every request of every probe times out
+    url, server = start_fake_stream_server("--tokens", "10", "--token-ms", "50")
+    dataset = tmp_path / "objects.jsonl"
+    dataset.write_text("".join(f'{{"prompt": "object {i}", "schema": {{"type": "object"}}}}\n' for i in range(50)))
+    try:
+        config = load_config(None, arms="baseline-constrained", urls={"baseline-constrained": url}, find_capacity=True,
+                             scenarios=str(dataset), rates=[8.0], arrival="constant", requests_per_level=4, warmup_requests=0,
+                             request_timeout_s=0.2, output_dir=str(tmp_path), run_name="fails")  # fmt: skip
+        results = run_sweep(config, tmp_path / "fails")
+    finally:
+        server.kill()
+        server.wait()
+    assert results.complete and results.error is None
+    [entry] = load_results(tmp_path / "fails").capacity
+    assert entry["capacity_req_s"] is None and [p["passed"] for p in entry["probes"]] == [False] * 5  # 8/s, then halved 4 times

@@ -47,6 +47,12 @@ def test_shipped_sessions_call_tools_turn_after_turn_with_each_result_folded_int
     assert request.response_format(Mode.JSON_SCHEMA)["json_schema"]["schema"] == first.turns[1].schema
 
 
+def test_the_example_session_file_loads():
+    scenario = load_scenario("examples/sessions.jsonl")
+    assert isinstance(scenario, SessionScenario) and scenario.distinct_prompts == 3 and Mode.JSON_SCHEMA in scenario.modes
+    assert [len(scenario.sample(n).turns) for n in range(3)] == [3, 2, 2]
+
+
 def test_a_session_file_loads_with_or_without_a_byte_order_mark_and_openai_tools(tmp_path):
     path = tmp_path / "sessions.jsonl"
     openai_tools = [{"type": "function", "function": WEATHER}]

@@ -117,7 +117,7 @@ def test_locusts_own_cli_runs_an_open_loop_through_two_workers(fast_server, tmp_
 
 
 SENT_WHOLE = {"request", "arrivals", "samples", "sample_source", "slots", "cycle"}  # encoded by plan_message itself
-LOCAL = {"sink", "aborted", "records", "_issued", "_due", "_lock"}  # each process's own
+LOCAL = {"sink", "aborted", "records", "_issued", "_done", "_due", "_lock"}  # each process's own
 
 
 def test_every_plan_field_either_travels_to_workers_or_is_each_processs_own(tmp_path):
