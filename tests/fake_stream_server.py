@@ -48,6 +48,7 @@ async def answer(writer: asyncio.StreamWriter, request: dict) -> None:
 
 CONNECTIONS = [0]  # accepted so far: a client that reuses its connections opens one per user
 RESETS = [0]  # POST /reset_prefix_cache calls, as vLLM serves it in dev mode
+BETWEEN_RESETS = [0]  # chat requests before the first reset, then after each
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -61,6 +62,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                     length = int(line.split(b":", 1)[1])
             request = json.loads(await reader.readexactly(length)) if length else {}
             path = head.split(b" ", 2)[1]
+            if path == b"/v1/chat/completions":
+                BETWEEN_RESETS[-1] += 1
             if path == b"/v1/chat/completions" and SLOTS is not None:
                 async with SLOTS:
                     await answer(writer, request)
@@ -69,9 +72,11 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             else:
                 body = b""
                 if path == b"/v1/models":
-                    body = json.dumps({"data": [{"id": "fake"}], "connections": CONNECTIONS[0], "resets": RESETS[0]}).encode()
+                    body = json.dumps({"data": [{"id": "fake"}], "connections": CONNECTIONS[0], "resets": RESETS[0],
+                                       "between_resets": BETWEEN_RESETS}).encode()  # fmt: skip
                 elif path == b"/reset_prefix_cache":
                     RESETS[0] += 1
+                    BETWEEN_RESETS.append(0)
                     body = b'{"success": true}'
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
                 await writer.drain()

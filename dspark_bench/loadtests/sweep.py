@@ -56,8 +56,9 @@ def _progress(plan: LevelPlan, started: float) -> str:
     records = list(plan.records)
     tokens = sum(r.output_tokens or 0 for r in records if not r.warmup)
     invalid = sum(1 for r in records if r.verdict != "valid")
+    unit = "sessions" if plan.samples and plan.samples[0].turns else "requests"  # agent sessions: a record per turn
     return (
-        f"  {plan.arm:<22} {_label(plan):<6} {plan.completed:>4}/{plan.total} requests  "
+        f"  {plan.arm:<22} {_label(plan):<6} {plan.completed:>4}/{plan.total} {unit}  "
         f"{tokens / max(1e-9, time.time() - started):8.1f} tok/s  {invalid} not valid"
     )
 
@@ -357,9 +358,10 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
     try:
         deployer = make_deployer(config, run_dir)
         specs = server_specs(config, arms)
-        # servers at the user's URLs are the user's to pair with arms; servers this run starts are shared
-        # by arms that would start the same one
-        starts, owner = (specs, {arm: arm for arm in arms}) if config.urls else shared_servers(specs)
+        # local servers are shared by arms that would start the same one (each arm's levels start from an
+        # emptied prefix cache, which local servers allow); servers at URLs or on a cluster are the user's
+        local = not config.urls and config.gpustack is None
+        starts, owner = shared_servers(specs) if local else (specs, {arm: arm for arm in arms})
         print(f"starting {len(arms)} arm(s): {', '.join(arms)} ...", flush=True)
         for arm, server_arm in owner.items():
             if arm != server_arm:
@@ -401,11 +403,12 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                     block = blocks[(repeat, level_index)]
                     samples = level_samples(scenario, block)
                     order = arms if (level_index + repeat) % 2 == 0 else arms[::-1]  # alternate who goes first
-                    # every arm starts the level with an empty prefix cache: none gains from an earlier
-                    # level's or the priming's prompts, whatever its block size
-                    cache_reset = reset_prefix_caches(endpoints, unresettable)
                     for arm_name in order:
                         endpoint = endpoints[arm_name]
+                        # every arm starts the level with an empty prefix cache, emptied just before it: none
+                        # gains from an earlier level's or the priming's prompts, nor from an arm that shares
+                        # its server and sent the same prompts a moment ago
+                        cache_reset = reset_prefix_caches({arm_name: endpoint}, unresettable)
                         plan = LevelPlan(
                             arm_name,
                             level,

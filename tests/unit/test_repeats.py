@@ -61,8 +61,11 @@ def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_rep
     before = httpx.get(f"{fast_server}/v1/models", timeout=10).json()["resets"]
     results = run_sweep(config, tmp_path / "r")
     assert results.complete
-    resets = httpx.get(f"{fast_server}/v1/models", timeout=10).json()["resets"] - before
-    assert resets == 2 * 2 * 2  # arms x levels x repeats
+    server = httpx.get(f"{fast_server}/v1/models", timeout=10).json()
+    assert server["resets"] - before == 2 * 2 * 2  # arms x levels x repeats
+    # emptied just before each arm's level: an arm never finds the prompts another arm on its server just sent
+    # (1 user: 4 + 1 warm-up; 3 users: 12 + 3, whole waves), and the smoke tests' requests came before
+    assert server["between_resets"][-8:] == [5, 5, 15, 15] * 2
     assert all(level.health.prefix_cache_reset for level in results.levels)
     records = list(read_records(tmp_path / "r"))
     per_arm = Counter((r.arm, r.seed) for r in records)

@@ -51,8 +51,9 @@ def shared_servers(specs: list[ServerSpec]) -> tuple[list[ServerSpec], dict[str,
     """The servers to start for ``specs``, one per distinct server (same model, launcher, flags and
     environment), and arm -> the arm whose server it uses. Arms that differ only in how they ask for JSON
     (baseline and baseline-constrained) then share one server: one start-up less, and no idle copy of the
-    same server taking memory and CPU beside the arm under test. Levels run one arm at a time, each with
-    the prefix cache emptied, so sharing changes nothing an arm measures. Pure."""
+    same server taking memory and CPU beside the arm under test. Levels run one arm at a time, and the
+    sweep empties the prefix cache just before each arm's level, so sharing changes nothing an arm
+    measures; it shares only local servers, whose caches it can empty. Pure."""
     first: dict[tuple, str] = {}
     owner: dict[str, str] = {}
     for spec in specs:
