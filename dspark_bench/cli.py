@@ -15,7 +15,7 @@ from pathlib import Path
 import locust  # noqa: F401  - early: gevent patches sockets before anything opens one
 
 from dspark_bench.loadtests.arms import REFERENCE_ARM
-from dspark_bench.loadtests.config import ConfigError, RunConfig, add_setting_flags, flag_overrides, load_config
+from dspark_bench.loadtests.config import ConfigError, RunConfig, add_setting_flags, flag_overrides, load_config, placement_line
 from dspark_bench.loadtests.deploy.base import DeployError, signals_to_main_greenlet
 from dspark_bench.loadtests.records import records_path
 from dspark_bench.loadtests.results import ResultsError, load_results, results_from_records
@@ -190,6 +190,8 @@ def _report(run_dir: Path, store: str | None = None, source: str = "bench") -> N
         return
     results = load_results(run_dir)
     print(f"\nmachine: {results.machine.summary}")
+    if placement := placement_line(results.config):
+        print(placement)
     print(format_summary(summary_frame(results)))
     for line in [*session_lines(results), *capacity_lines(results)]:
         print(line)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
@@ -109,6 +110,12 @@ class RunConfig:
     capacity_resolution: float = setting(0.1, kind=(int, float), example="0.1", ui=False,
                                          help="capacity search: done when the lowest failing rate is within this share "
                                          "above the highest passing one")
+    server_cpus: str | None = setting(None, kind=(int, str), example="0-3", ui=False, metavar="CPUS",
+                                      help="CPUs the local arms' servers run on, a Linux CPU list (0-3,8); vLLM binds its "
+                                      "OpenMP threads there. With --client-cpus: the load generator and the servers kept "
+                                      "apart, so neither starves the other on a small machine (default: both anywhere)")
+    client_cpus: str | None = setting(None, kind=(int, str), example="4-5", ui=False, metavar="CPUS",
+                                      help="CPUs the load generator (this process and its Locust workers) runs on")
     max_concurrency: int = setting(256, kind=int, example="256", ui=False,
                                    help="open loop: users sending the due requests, the cap on requests in flight")
     workers: int = setting(0, kind=int, example="2",
@@ -335,6 +342,13 @@ def validate_config(config: RunConfig) -> RunConfig:
             _fail("urls", f"no URL for arms {missing}", "give --url ARM=http://host:port for every arm, or drop those arms")
     elif not Path(config.model).is_dir():
         _fail("model", f"{config.model} is not a model directory", "give a local HF model folder (default: models/tiny-json)")
+    placed = {name: None if (text := getattr(config, name)) is None else str(text) for name in ("server_cpus", "client_cpus")}
+    config = replace(config, **placed)  # a YAML "server_cpus: 0" is a number: one CPU list like any other
+    server_cpus, client_cpus = (_cpu_set(name, text) for name, text in placed.items())
+    if server_cpus and (config.urls or config.gpustack is not None):
+        _fail("server_cpus", "given for servers this run does not start", "drop --server-cpus: only local arms are placed")
+    if server_cpus and client_cpus and server_cpus & client_cpus:
+        _fail("client_cpus", f"shares CPUs {sorted(server_cpus & client_cpus)} with server_cpus", "give the two disjoint CPU lists")
     if config.find_capacity:
         if config.trace is not None:
             _fail("find_capacity", "given together with a trace", "search capacity at --rate, or replay the trace, not both")
@@ -346,6 +360,42 @@ def validate_config(config: RunConfig) -> RunConfig:
             _fail("rates", "more than one with --find-capacity", "give the rate the search starts from: --rate 2")
     config = replace(config, levels=levels, rates=tuple(float(r) for r in rates))
     return _with_trace(config) if config.trace is not None else config
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """A Linux CPU list ("0", "0-3,8") as a set of CPU numbers; ValueError if it is not one."""
+    cpus: set[int] = set()
+    for part in str(text).replace(" ", "").split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()) or int(high or low) < int(low):
+            raise ValueError(part)
+        cpus.update(range(int(low), int(high or low) + 1))
+    return frozenset(cpus)
+
+
+def _cpu_set(name: str, text: str | None) -> frozenset[int]:
+    """The CPUs of a placement setting, each one this process may run on; empty when not given."""
+    if text is None:
+        return frozenset()
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    try:
+        cpus = parse_cpu_list(text)
+    except ValueError:
+        _fail(name, f"{text!r} is not a CPU list", "write e.g. 0 or 0-3,8 (Linux CPU numbers)")
+    if not available:
+        _fail(name, "CPU placement needs Linux (sched_setaffinity)", f"drop --{name.replace('_', '-')}")
+    if missing := sorted(cpus - set(available)):
+        _fail(name, f"CPUs {missing} are not available here (this machine: {','.join(map(str, available))})", "give CPUs of this machine")
+    return cpus
+
+
+def placement_line(config: RunConfig) -> str | None:
+    """Where the run placed its processes, in words; None when it placed none (every process anywhere)."""
+    if not config.server_cpus and not config.client_cpus:
+        return None
+    servers = f"local servers on CPUs {config.server_cpus}" if config.server_cpus else "servers on any CPU"
+    client = f"the load generator on CPUs {config.client_cpus}" if config.client_cpus else "the load generator on any CPU"
+    return f"placement: {servers}, {client}"
 
 
 def _with_trace(config: RunConfig) -> RunConfig:

@@ -19,7 +19,7 @@ import httpx
 from locust.env import Environment
 
 from dspark_bench.loadtests.capacity import CapacitySearch, Probe
-from dspark_bench.loadtests.config import RunConfig
+from dspark_bench.loadtests.config import RunConfig, parse_cpu_list, placement_line
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs, shared_servers
 from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, listening_pgid
@@ -355,7 +355,12 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
     pool: WorkerPool | None = None
     endpoints: dict[str, Endpoint] = {}
     unresettable: set[str] = set()  # arms whose server has no /reset_prefix_cache (said once)
+    anywhere = os.sched_getaffinity(0) if config.client_cpus else None
     try:
+        if config.client_cpus:  # the load generator's CPUs; Locust workers started below inherit them
+            os.sched_setaffinity(0, parse_cpu_list(config.client_cpus))
+        if placement := placement_line(config):
+            print(placement, flush=True)
         deployer = make_deployer(config, run_dir)
         specs = server_specs(config, arms)
         # local servers are shared by arms that would start the same one (each arm's levels start from an
@@ -440,4 +445,6 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
             pool.close()
         if deployer is not None:
             deployer.stop_all()
+        if anywhere is not None:
+            os.sched_setaffinity(0, anywhere)
     return results

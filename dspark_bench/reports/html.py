@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dspark_bench.loadtests.arms import REFERENCE_ARM  # noqa: E402
+from dspark_bench.loadtests.config import placement_line  # noqa: E402
 from dspark_bench.loadtests.results import RunResults, levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, interval_note, load_records, repeat_count  # noqa: E402
 from dspark_bench.reports.tables import SPEEDUP_COLUMN, capacity_lines, session_lines, summary_frame, tag_frame  # noqa: E402
@@ -310,7 +311,8 @@ def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()
         f"{esc(_requests_per_level(results))} (+{config.warmup_requests} warm-up each); {esc(_cache_state(results))}; "
         f"max_tokens {config.max_tokens}, temperature {config.temperature}; started {esc(results.started)}.</p>",
         f"<p>Machine: {esc(machine.summary)}, GPU {esc(str(machine.gpu))}; "
-        f"git {esc(str(machine.git_commit))}; versions {esc(str(machine.versions))}</p>",
+        f"git {esc(str(machine.git_commit))}; versions {esc(str(machine.versions))}; "
+        f"{esc(placement_line(config) or 'placement: every process on any CPU')}.</p>",
         f"<h2>Arms</h2><ul>{arms}</ul>",
     ]
     records = load_records(out_path.parent)

@@ -47,3 +47,61 @@ def test_arms_that_would_start_the_same_server_share_one():
     # baseline and baseline-constrained differ only in how they ask for JSON; dspark and oracle in their drafter
     assert [spec.arm for spec in starts] == ["baseline", "dspark", "oracle"]
     assert owner == {"baseline": "baseline", "baseline-constrained": "baseline", "dspark": "dspark", "oracle": "oracle"}
+
+
+def test_cpu_placement_is_checked_and_a_local_server_runs_where_it_is_placed(tmp_path):
+    import os
+    import sys
+    import time
+
+    import pytest
+
+    from dspark_bench.loadtests.config import ConfigError, load_config, parse_cpu_list, placement_line
+    from dspark_bench.loadtests.deploy.base import ServerSpec
+    from dspark_bench.loadtests.deploy.local import LocalDeployer
+    from dspark_bench.loadtests.deploy.servers import server_specs
+
+    assert parse_cpu_list("0-3,8") == {0, 1, 2, 3, 8}
+    cpus = sorted(os.sched_getaffinity(0))
+    first, last = str(cpus[0]), str(cpus[-1])
+    for settings, problem in (
+        ({"server_cpus": "a-b"}, "is not a CPU list"),
+        ({"client_cpus": "4096"}, "not available here"),
+        ({"server_cpus": first, "client_cpus": first}, "disjoint"),
+        ({"server_cpus": first, "urls": {"baseline": "http://127.0.0.1:1"}, "arms": "baseline"}, "only local arms are placed"),
+    ):
+        with pytest.raises(ConfigError, match=problem):
+            load_config(None, **settings)
+    config = load_config(None, server_cpus=first, client_cpus=last)
+    assert placement_line(config) == f"placement: local servers on CPUs {first}, the load generator on CPUs {last}"
+    [spec] = server_specs(config, ["dspark"])
+    assert spec.cpus == {cpus[0]} and spec.env["VLLM_CPU_OMP_THREADS_BIND"] == first  # vLLM binds its threads there
+    # a "server" that prints the CPUs it may run on: the deployer places the process it starts
+    show = "import os, time; print('placed at', sorted(os.sched_getaffinity(0)), flush=True); time.sleep(60)"
+    deployer = LocalDeployer(tmp_path)
+    endpoint = deployer.launch(ServerSpec("probe", "m", "m", [sys.executable, "-c", show], cpus=frozenset({cpus[0]})))
+    try:
+        deadline = time.monotonic() + 30
+        while "placed at [" not in endpoint.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert f"placed at [{cpus[0]}]" in endpoint.log_path.read_text()
+    finally:
+        deployer.stop_all()
+    assert sorted(os.sched_getaffinity(0)) == cpus  # this process stays where it was
+
+
+def test_a_run_places_its_load_generator_and_puts_it_back(fast_server, tmp_path, monkeypatch):
+    import os
+
+    from dspark_bench.loadtests import sweep
+    from dspark_bench.loadtests.config import load_config
+
+    cpus = os.sched_getaffinity(0)
+    placed: list[set[int]] = []
+    real = os.sched_setaffinity
+    monkeypatch.setattr(sweep.os, "sched_setaffinity", lambda pid, where: (placed.append(set(where)), real(pid, where)))
+    last = max(cpus)
+    config = load_config(None, arms="baseline-constrained", urls={"baseline-constrained": fast_server}, client_cpus=str(last),
+                         levels=[1], requests_per_level=4, warmup_requests=0, output_dir=str(tmp_path), run_name="placed")  # fmt: skip
+    assert sweep.run_sweep(config, tmp_path / "placed").complete
+    assert placed == [{last}, cpus] and os.sched_getaffinity(0) == cpus

@@ -77,6 +77,7 @@ class ServerSpec:
     common_args: list[str] = field(default_factory=list)  # given to every arm of the run (dtype, context length)
     arm_args: list[str] = field(default_factory=list)  # this arm's own (speculative config, DSpark flags...)
     env: dict[str, str] = field(default_factory=dict)
+    cpus: frozenset[int] = frozenset()  # a local server's CPUs (RunConfig.server_cpus); empty: any
 
     @property
     def args(self) -> list[str]:

@@ -60,6 +60,12 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     die_with_parent()
 
 
+def _placed(cpus: frozenset[int]) -> None:  # runs in the child between fork and exec
+    """The server and every process it starts run on ``cpus`` only."""
+    _die_with_parent()
+    os.sched_setaffinity(0, cpus)
+
+
 
 class LocalDeployer:
     """Starts vLLM OpenAI servers as subprocesses; ``stop_all`` (also via atexit/signals) stops them."""
@@ -90,7 +96,7 @@ class LocalDeployer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{spec.arm}.log"
         log = log_path.open("w", encoding="utf-8")
-        log.write(f"$ {shlex.join(argv)}\n# env: {spec.env}\n")
+        log.write(f"$ {shlex.join(argv)}\n# env: {spec.env}\n" + (f"# CPUs: {sorted(spec.cpus)}\n" if spec.cpus else ""))
         log.flush()
         process = subprocess.Popen(
             argv,
@@ -98,7 +104,7 @@ class LocalDeployer:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **spec.env},
-            preexec_fn=_die_with_parent,
+            preexec_fn=(lambda: _placed(spec.cpus)) if spec.cpus else _die_with_parent,
         )
         endpoint = Endpoint(
             spec.arm, f"http://{self.host}:{port}", spec.served_name, argv, dict(spec.env), log_path, process=process

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from dspark_bench.loadtests.arms import Arm
-from dspark_bench.loadtests.config import RunConfig
+from dspark_bench.loadtests.config import RunConfig, parse_cpu_list
 from dspark_bench.loadtests.deploy.base import Deployer, ServerSpec
 from dspark_bench.loadtests.deploy.local import cpu_server_env
 
@@ -32,6 +32,9 @@ def launcher_argv(arm: Arm) -> list[str]:
 
 def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
     env = cpu_server_env()
+    cpus = parse_cpu_list(config.server_cpus) if config.server_cpus else frozenset()
+    if cpus:  # vLLM CPU binds its OpenMP threads to these, not to cores of its own choosing outside them
+        env["VLLM_CPU_OMP_THREADS_BIND"] = config.server_cpus or ""
     served = config.served_model_name or Path(config.model).name
     return [
         ServerSpec(
@@ -42,6 +45,7 @@ def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
             list(config.server_args),
             list(config.arm(name).server_args),
             env,
+            cpus,
         )
         for name in arms
     ]
@@ -57,7 +61,8 @@ def shared_servers(specs: list[ServerSpec]) -> tuple[list[ServerSpec], dict[str,
     first: dict[tuple, str] = {}
     owner: dict[str, str] = {}
     for spec in specs:
-        key = (spec.model_path, spec.served_name, tuple(spec.launcher), tuple(spec.common_args), tuple(spec.arm_args), tuple(sorted(spec.env.items())))
+        key = (spec.model_path, spec.served_name, tuple(spec.launcher), tuple(spec.common_args), tuple(spec.arm_args),
+               tuple(sorted(spec.env.items())), spec.cpus)
         owner[spec.arm] = first.setdefault(key, spec.arm)
     return [spec for spec in specs if owner[spec.arm] == spec.arm], owner
 
