@@ -342,9 +342,10 @@ def validate_config(config: RunConfig) -> RunConfig:
             _fail("urls", f"no URL for arms {missing}", "give --url ARM=http://host:port for every arm, or drop those arms")
     elif not Path(config.model).is_dir():
         _fail("model", f"{config.model} is not a model directory", "give a local HF model folder (default: models/tiny-json)")
-    placed = {name: None if (text := getattr(config, name)) is None else str(text) for name in ("server_cpus", "client_cpus")}
-    config = replace(config, **placed)  # a YAML "server_cpus: 0" is a number: one CPU list like any other
-    server_cpus, client_cpus = (_cpu_set(name, text) for name, text in placed.items())
+    as_text = {name: None if (text := getattr(config, name)) is None else str(text) for name in ("server_cpus", "client_cpus")}
+    # a YAML "server_cpus: 0" is a number: one CPU list like any other
+    config = replace(config, server_cpus=as_text["server_cpus"], client_cpus=as_text["client_cpus"])
+    server_cpus, client_cpus = (_cpu_set(name, text) for name, text in as_text.items())
     if server_cpus and (config.urls or config.gpustack is not None):
         _fail("server_cpus", "given for servers this run does not start", "drop --server-cpus: only local arms are placed")
     if server_cpus and client_cpus and server_cpus & client_cpus:
