@@ -159,13 +159,7 @@ def _request(path: Path, number: int, raw: Any) -> dict[str, Any]:
                                   'write {"type": "json_schema", "json_schema": {"name": "x", "schema": {...}}}')  # fmt: skip
             check_schema(inner["schema"], path, f"line {number}: response_format.json_schema.schema")
             schema = schema if schema is not None else inner["schema"]
-    max_tokens = raw.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
-        raise line_error(path, number, "max_tokens", f"{max_tokens!r} is not a positive integer", 'write "max_tokens": 256')
-    tags = raw.get("tags") or []
-    if not isinstance(tags, list) or not all(isinstance(t, str | int) and not isinstance(t, bool) for t in tags):
-        example = json.dumps([tags] if isinstance(tags, str) else ["invoices", "long"])
-        raise line_error(path, number, "tags", f"{json.dumps(tags)[:60]} is not a list of labels", f'write "tags": {example}')
+    max_tokens, tags = limit_and_tags(path, number, raw)
     answer = raw.get("answer")
     is_json = (
         schema is not None
@@ -183,9 +177,21 @@ def _request(path: Path, number: int, raw: Any) -> dict[str, Any]:
         "response_format": response_format,
         "answer": answer,
         "max_tokens": max_tokens,
-        "tags": tuple(str(t) for t in tags),
+        "tags": tags,
         "is_json": is_json,
     }
+
+
+def limit_and_tags(path: Path, number: int, raw: dict[str, Any]) -> tuple[int | None, tuple[str, ...]]:
+    """A line's own ``max_tokens`` and ``tags`` (a request's, or an agent session's), checked."""
+    max_tokens = raw.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
+        raise line_error(path, number, "max_tokens", f"{max_tokens!r} is not a positive integer", 'write "max_tokens": 256')
+    tags = raw.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str | int) and not isinstance(t, bool) for t in tags):
+        example = json.dumps([tags] if isinstance(tags, str) else ["invoices", "long"])
+        raise line_error(path, number, "tags", f"{json.dumps(tags)[:60]} is not a list of labels", f'write "tags": {example}')
+    return max_tokens, tuple(str(t) for t in tags)
 
 
 def scenario_name(path: Path) -> str:

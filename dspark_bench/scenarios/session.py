@@ -29,7 +29,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.scenarios.dataset import ENCODING, EVAL_SEEDS, TRAIN_SEEDS, DatasetScenario, line_error, rows_of, scenario_name
+from dspark_bench.scenarios.dataset import (
+    ENCODING,
+    EVAL_SEEDS,
+    TRAIN_SEEDS,
+    DatasetScenario,
+    limit_and_tags,
+    line_error,
+    rows_of,
+    scenario_name,
+)
 from dspark_bench.scenarios.spec import Mode, Sample, ScenarioError, Split, Turn, check_schema
 
 INSTRUCTION = "Reply with only the JSON arguments for the right tool."
@@ -144,13 +153,8 @@ def _session(path: Path, number: int, raw: Any) -> dict[str, Any]:
             if error := next(iter(Draft202012Validator(turn.schema, format_checker=FormatChecker()).iter_errors(turn.expected)), None):
                 raise line_error(path, number, f"turns[{index}].arguments", f"break the turn's schema: {error.message}",
                                  "correct the arguments or the tool's parameters")  # fmt: skip
-    max_tokens = raw.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
-        raise line_error(path, number, "max_tokens", f"{max_tokens!r} is not a positive integer", 'write "max_tokens": 160')
-    tags = raw.get("tags") or []
-    if not isinstance(tags, list) or not all(isinstance(t, str | int) and not isinstance(t, bool) for t in tags):
-        raise line_error(path, number, "tags", f"{json.dumps(tags)[:60]} is not a list of labels", 'write "tags": ["travel"]')
-    return {"turns": turns, "max_tokens": max_tokens, "tags": tuple(str(t) for t in tags)}
+    max_tokens, tags = limit_and_tags(path, number, raw)
+    return {"turns": turns, "max_tokens": max_tokens, "tags": tags}
 
 
 class SessionScenario(DatasetScenario):

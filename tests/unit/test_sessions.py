@@ -79,7 +79,7 @@ def test_a_session_file_loads_with_or_without_a_byte_order_mark_and_openai_tools
          "line 1: turns[0].arguments", "correct the arguments"),
         (_session_line(turns=[{"content": "hi", "tool": "get_weather", "schema": {}}]).strip(), "line 1: turns[0]", "keep one"),
         ('{"turns": [{"content": "hi", "schema": {"$ref": "#/$defs/x"}}]}', "line 1: turns[0].schema", "$ref"),
-        ('{"turns": [{"content": "hi"}], "max_tokens": 0}', "line 1: max_tokens", "160"),
+        ('{"turns": [{"content": "hi"}], "max_tokens": 0}', "line 1: max_tokens", "256"),
         ('{"turns": [{"content": "hi"}], "tags": "travel"}', "line 1: tags", '["travel"]'),
     ],
 )
