@@ -21,6 +21,7 @@ from locust.env import Environment
 from dspark_bench.loadtests.capacity import CapacitySearch, Probe
 from dspark_bench.loadtests.config import RunConfig, parse_cpu_list, placement_line
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
+from dspark_bench.loadtests.deploy.local import LocalDeployer
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs, shared_servers
 from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, listening_pgid
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_health, level_metrics
@@ -365,7 +366,7 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
         specs = server_specs(config, arms)
         # local servers are shared by arms that would start the same one (each arm's levels start from an
         # emptied prefix cache, which local servers allow); servers at URLs or on a cluster are the user's
-        local = not config.urls and config.gpustack is None
+        local = isinstance(deployer, LocalDeployer)
         starts, owner = shared_servers(specs) if local else (specs, {arm: arm for arm in arms})
         print(f"starting {len(arms)} arm(s): {', '.join(arms)} ...", flush=True)
         for arm, server_arm in owner.items():

@@ -140,9 +140,8 @@ def session_lines(results: RunResults) -> list[str]:
     unit = "req/s" if results.config.rates else "users"
     lines = ["agent sessions (median over repeats): sessions, success (every turn valid), turns per session, prompt cached by turn:"]
     for (scenario, load, arm), metrics in groups.items():
-        turns = max(len(m.cached_prompt_share_by_turn or []) for m in metrics)
-        by_turn = [[s for m in metrics if len(m.cached_prompt_share_by_turn or []) > n and (s := m.cached_prompt_share_by_turn[n]) is not None]
-                   for n in range(turns)]  # fmt: skip
+        shares = [m.cached_prompt_share_by_turn or [] for m in metrics]
+        by_turn = [[s[n] for s in shares if n < len(s) and s[n] is not None] for n in range(max(map(len, shares)))]
         cached = ", ".join(f"turn {n + 1} {float(np.median(shares)):.0%}" for n, shares in enumerate(by_turn) if shares)
         lines.append(
             f"  {scenario} at {load:g} {unit}, {arm}: {np.median([m.sessions for m in metrics]):g} sessions, "

@@ -232,6 +232,12 @@ def scenario_fields(path: Path, rows: list[dict[str, Any]], name: str, descripti
     }
 
 
+def sample_row(sample: Sample) -> dict[str, Any]:
+    """A single request as a dataset row (what ``_request`` makes of a line): a trace row may name one."""
+    return {"messages": sample.messages, "schema": sample.schema, "response_format": sample.explicit_format, "answer": sample.answer,
+            "max_tokens": sample.max_tokens, "tags": sample.tags, "is_json": sample.is_json}  # fmt: skip
+
+
 class DatasetScenario(Scenario):
     """A scenario whose requests are a file's lines, cycled in order (seed n is line n mod lines)."""
 

@@ -34,7 +34,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dspark_bench.scenarios.dataset import ENCODING, DatasetScenario, _request, is_dataset_path, scenario_fields, scenario_name
+from dspark_bench.scenarios.dataset import (
+    ENCODING,
+    DatasetScenario,
+    _request,
+    is_dataset_path,
+    sample_row,
+    scenario_fields,
+    scenario_name,
+)
 from dspark_bench.scenarios.spec import Scenario, ScenarioError, Split
 
 ScenarioLoader = Callable[[str | Path], Scenario]
@@ -202,8 +210,7 @@ def _indexed_row(path: Path, line: int, row: dict[str, Any], loaded: dict[str, S
     sample = scenario.sample(start + index)
     if sample.turns:
         raise _fail(path, line, "scenario", f"{name} holds agent sessions, which a trace does not replay", "name a scenario of single requests")
-    return {"messages": sample.messages, "schema": sample.schema, "response_format": sample.explicit_format, "answer": sample.answer,
-            "max_tokens": sample.max_tokens, "tags": sample.tags, "is_json": sample.is_json}  # fmt: skip
+    return sample_row(sample)
 
 
 def load_trace(path: Path, loader: ScenarioLoader, name: str | None = None, model_dir: str | Path | None = None) -> TraceScenario:

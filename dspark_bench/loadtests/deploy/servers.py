@@ -32,9 +32,10 @@ def launcher_argv(arm: Arm) -> list[str]:
 
 def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
     env = cpu_server_env()
-    cpus = parse_cpu_list(config.server_cpus) if config.server_cpus else frozenset()
-    if cpus:  # vLLM CPU binds its OpenMP threads to these, not to cores of its own choosing outside them
-        env["VLLM_CPU_OMP_THREADS_BIND"] = config.server_cpus or ""
+    cpus: frozenset[int] = frozenset()
+    if config.server_cpus:  # vLLM CPU binds its OpenMP threads to these, not to cores of its own choosing outside them
+        cpus = parse_cpu_list(config.server_cpus)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = config.server_cpus
     served = config.served_model_name or Path(config.model).name
     return [
         ServerSpec(
