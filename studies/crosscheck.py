@@ -23,7 +23,7 @@ import locust  # noqa: F401  - gevent patches sockets first
 from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
 from dspark_bench.loadtests.deploy.base import ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
-from dspark_bench.loadtests.deploy.servers import vllm_launcher
+from dspark_bench.loadtests.deploy.servers import common_server_args, vllm_launcher
 from dspark_bench.loadtests.machine import machine_facts
 from dspark_bench.loadtests.metrics import level_metrics
 from dspark_bench.loadtests.openai_api import RequestSettings
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     deployer = LocalDeployer(out / "logs")
     # No prefix caching: otherwise whichever tool goes second finds every prompt cached (a lower TTFT).
-    server_args = [*load_config().server_args, "--no-enable-prefix-caching"]
+    server_args = [*common_server_args(load_config()), "--no-enable-prefix-caching"]
     launcher = ["taskset", "-c", args.server_cpus, *vllm_launcher()] if args.server_cpus else vllm_launcher()
     spec = ServerSpec("baseline", str(DEFAULT_MODEL), "tiny-json", launcher, server_args, env=cpu_server_env())
     rows = []

@@ -31,7 +31,7 @@ from dspark_bench.loadtests.arms import BUILTIN_ARMS
 from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
 from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
-from dspark_bench.loadtests.deploy.servers import dspark_launcher, vllm_launcher
+from dspark_bench.loadtests.deploy.servers import common_server_args, dspark_launcher, vllm_launcher
 from dspark_bench.loadtests.machine import machine_facts
 from dspark_bench.loadtests.openai_api import MAX_TOKENS, ask
 from dspark_bench.loadtests.server_metrics import delta, scrape
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in scenarios:
         load_scenario(name)  # fails early on a typo, with the known names
     args.out.mkdir(parents=True, exist_ok=True)
-    common, env = list(load_config().server_args), cpu_server_env()
+    common, env = common_server_args(load_config()), cpu_server_env()
     specs = [ServerSpec("stock", str(DEFAULT_MODEL), "tiny-json", vllm_launcher(), common, env=env)]
     specs += [ServerSpec(arm, str(DEFAULT_MODEL), "tiny-json", dspark_launcher(), common, ARMS[arm], env) for arm in arms]
     deployer = LocalDeployer(args.out / "logs")

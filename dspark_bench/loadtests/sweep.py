@@ -23,7 +23,7 @@ from dspark_bench.loadtests.config import RunConfig, parse_cpu_list, placement_l
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
 from dspark_bench.loadtests.deploy.local import LocalDeployer
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs, shared_servers
-from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, listening_pgid
+from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, dtype_line, listening_pgid
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_health, level_metrics
 from dspark_bench.loadtests.openai_api import chat_body
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
@@ -363,10 +363,12 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
         if placement := placement_line(config):
             print(placement, flush=True)
         deployer = make_deployer(config, run_dir)
-        specs = server_specs(config, arms)
+        specs = server_specs(config, arms, results.machine)
         # local servers are shared by arms that would start the same one (each arm's levels start from an
         # emptied prefix cache, which local servers allow); servers at URLs or on a cluster are the user's
         local = isinstance(deployer, LocalDeployer)
+        if local:
+            print(dtype_line(config.dtype, results.machine), flush=True)
         starts, owner = shared_servers(specs) if local else (specs, {arm: arm for arm in arms})
         print(f"starting {len(arms)} arm(s): {', '.join(arms)} ...", flush=True)
         for arm, server_arm in owner.items():

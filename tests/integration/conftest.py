@@ -11,9 +11,9 @@ import pytest
 from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
 from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
-from dspark_bench.loadtests.deploy.servers import vllm_launcher
+from dspark_bench.loadtests.deploy.servers import common_server_args, vllm_launcher
 
-TEST_SERVER_ARGS: tuple[str, ...] = load_config().server_args
+TEST_SERVER_ARGS: tuple[str, ...] = tuple(common_server_args(load_config()))
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,11 @@ from dspark_bench.loadtests.machine import (
     MachineFacts,
     cpu_noise,
     cpu_snapshot,
+    dtype_line,
     listening_pgid,
     machine_facts,
     noise_problems,
+    serving_dtype,
 )
 
 
@@ -77,3 +79,25 @@ def test_machine_facts_say_what_decides_speed():
     assert "no AMX" in MachineFacts("X", 2, ("avx2",)).summary
     assert "AMX not recorded" in MachineFacts.from_dict({"cpu": "X", "cores": 2}).summary  # a run before the flags were kept
     assert "AMX" in MachineFacts("X", 2, ("amx_bf16",), virtualization="kvm").summary
+
+
+def test_local_servers_run_float32_only_where_the_cpu_emulates_bf16():
+    avx2, avx512, amx = MachineFacts("X", 2, ("avx2",)), MachineFacts("X", 2, ("avx512f", "avx512_bf16")), MachineFacts("X", 2, ("amx_bf16",))
+    assert serving_dtype("auto", avx2) == "float32"
+    assert serving_dtype("auto", avx512) == serving_dtype("auto", amx) == "auto"  # the model's own bf16
+    assert serving_dtype("auto", MachineFacts("X", 2, ("avx2",), gpu="GPU 0: NVIDIA H200")) == "auto"
+    assert serving_dtype("auto", MachineFacts("X", 2, ("avx512f",))) == "float32"  # AVX-512 without BF16 emulates it too
+    assert serving_dtype("bfloat16", avx2) == "bfloat16"  # a set dtype is kept
+    assert "no native bf16" in dtype_line("auto", avx2) and dtype_line("bfloat16", avx2) == "dtype: bfloat16 (set)"
+
+
+def test_every_local_arm_gets_the_machines_dtype(tmp_path):
+    from dspark_bench.loadtests.config import load_config
+    from dspark_bench.loadtests.deploy.servers import common_server_args, server_specs
+
+    config = load_config()
+    specs = server_specs(config, list(config.arms), MachineFacts("X", 2, ("avx2",)))
+    assert all(spec.common_args[:2] == ["--dtype", "float32"] for spec in specs) and len(specs) == 3
+    assert "--dtype" not in common_server_args(config, MachineFacts("X", 2, ("amx_bf16",)))
+    cluster = load_config(gpustack={"url": "http://127.0.0.1:9", "model_path": "/m"})
+    assert "--dtype" not in common_server_args(cluster, MachineFacts("X", 2, ("avx2",)))  # the cluster's machines choose

@@ -123,7 +123,8 @@ def _ui_observations(config: RunConfig, tmp_path: Path) -> dict[str, object]:
         "request_timeout_s": float(options["--request-timeout"]),
         "model": spec.model_path,
         "served_model_name": spec.served_name,
-        "server_args": spec.common_args,
+        "dtype": spec.common_args[1] if spec.common_args[:1] == ["--dtype"] else None,
+        "server_args": spec.common_args[2:] if spec.common_args[:1] == ["--dtype"] else spec.common_args,
         "custom_arms": spec.arm_args,
         "startup_timeout_s": getattr(deployer, "startup_timeout_s", None),
         "urls": getattr(deployer, "urls", None),
@@ -151,6 +152,7 @@ def test_ui_honours_every_setting_the_config_gives(tmp_path, monkeypatch):
         startup_timeout_s: 11
         served_model_name: other-name
         server_args: [--seed, "7"]
+        dtype: float16
         custom_arms: [{{name: mine, server_args: [--enforce-eager]}}]
         arms: [mine]
         slo: {{e2e_ms: 900}}
@@ -168,6 +170,7 @@ def test_ui_honours_every_setting_the_config_gives(tmp_path, monkeypatch):
     assert (local["max_tokens"], local["temperature"], local["request_timeout_s"]) == (77, 0.3, 9.0)
     assert local["model"] == str(config_module.DEFAULT_MODEL) and local["served_model_name"] == "other-name"
     assert local["server_args"] == ["--seed", "7"] and local["custom_arms"] == ["--enforce-eager"]
+    assert local["dtype"] == "float16"
     assert local["startup_timeout_s"] == 11 and local["slo"] == {"e2e_ms": 900}
     assert local["output_dir"] == tmp_path / "out" and local["run_name"] == "named"
     remote = _ui_observations(load_config(path, urls={"mine": "http://127.0.0.1:9"}), tmp_path)

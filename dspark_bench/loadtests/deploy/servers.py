@@ -11,6 +11,7 @@ from dspark_bench.loadtests.arms import Arm
 from dspark_bench.loadtests.config import RunConfig, parse_cpu_list
 from dspark_bench.loadtests.deploy.base import Deployer, ServerSpec
 from dspark_bench.loadtests.deploy.local import cpu_server_env
+from dspark_bench.loadtests.machine import MachineFacts, machine_facts, serving_dtype
 
 
 def vllm_launcher() -> list[str]:
@@ -30,8 +31,16 @@ def launcher_argv(arm: Arm) -> list[str]:
     return shlex.split(arm.launcher)  # a custom arm's own server command
 
 
-def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
+def common_server_args(config: RunConfig, facts: MachineFacts | None = None) -> list[str]:
+    """What every arm's server is given alike: the dtype (``serving_dtype``: chosen by this machine for local
+    servers; a GPUStack cluster's own machines choose for themselves), then ``server_args``."""
+    dtype = config.dtype if config.gpustack is not None else serving_dtype(config.dtype, facts or machine_facts())
+    return ([] if dtype == "auto" else ["--dtype", dtype]) + list(config.server_args)
+
+
+def server_specs(config: RunConfig, arms: list[str], facts: MachineFacts | None = None) -> list[ServerSpec]:
     env = cpu_server_env()
+    common = common_server_args(config, facts)
     cpus: frozenset[int] = frozenset()
     if config.server_cpus:  # vLLM CPU binds its OpenMP threads to these, not to cores of its own choosing outside them
         cpus = parse_cpu_list(config.server_cpus)
@@ -43,7 +52,7 @@ def server_specs(config: RunConfig, arms: list[str]) -> list[ServerSpec]:
             config.model,
             served,
             launcher_argv(config.arm(name)),
-            list(config.server_args),
+            common,
             list(config.arm(name).server_args),
             env,
             cpus,
