@@ -124,7 +124,7 @@ class RunConfig:
                            "run here); for when one process cannot keep up (a level flagged for low concurrency or rate)")
     requests_per_level: int = setting(200, kind=int, example="200", flag="--requests", ui=False,
                                       help="measured requests per level, at least (article: 200); a closed loop runs "
-                                      f"whole waves of its users, {MIN_WAVES} at least")
+                                      f"whole waves of its users, {MIN_WAVES} at least, the warm-up included")
     warmup_requests: int = setting(2, kind=int, example="2", flag="--warmup", ui=False,
                                    help="warm-up requests per level, not measured")
     repeats: int = setting(1, kind=int, example="3", ui=False, help="run each level this many times per arm")
@@ -188,14 +188,15 @@ class RunConfig:
         return load_scenario(name)
 
     def measured_requests(self, level: float) -> int:
-        """Measured requests of one level: ``requests_per_level``; a closed loop of N users measures at least
-        MIN_WAVES waves of N (no level is a single burst, whose concurrency holds by construction) and is
-        raised to whole waves, warm-up included (none ends in a part-wave that leaves users idle)."""
+        """Measured requests of one level: ``requests_per_level``; a closed loop of N users runs at least
+        MIN_WAVES waves of N, its warm-up requests included (no level is a single burst, whose concurrency
+        holds by construction), in whole waves (none ends in a part-wave that leaves users idle). The warm-up
+        is part of the first wave: a wave of its own would cost a fifth more at 64 users and measure nothing."""
         if self.rates:
             return self.requests_per_level
         users = int(level)
-        measured = max(self.requests_per_level, MIN_WAVES * users)
-        return -(-(measured + self.warmup_requests) // users) * users - self.warmup_requests
+        sent = max(self.requests_per_level + self.warmup_requests, MIN_WAVES * users)
+        return -(-sent // users) * users - self.warmup_requests
 
 
 def settings() -> dict[str, Setting]:

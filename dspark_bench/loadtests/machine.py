@@ -200,6 +200,8 @@ class CpuSnapshot:
     servers_s: float
     harness_s: float
     idle_servers_s: float = 0.0
+    client_wait_s: float = 0.0  # seconds the harness's threads were runnable but waited for a CPU
+    api_server_wait_s: float = 0.0  # ... and the threads of the server under test's API server process
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -226,6 +228,30 @@ def _group_cpu_s(pgids: set[int]) -> float:
     return total / _TICK
 
 
+def _group_pids(pgids: set[int]) -> list[int]:
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) in pgids:
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def _runqueue_wait_s(pids: Iterable[int]) -> float:
+    """Seconds the threads of these processes spent runnable but waiting for a CPU (schedstat's second
+    field): starvation measured, not guessed from its symptoms."""
+    total = 0
+    for pid in pids:
+        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            try:
+                total += int(stat.read_text().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
 def cpu_snapshot(
     server_pgids: Iterable[int], worker_pgids: Iterable[int] = (), idle_server_pgids: Iterable[int] = ()
 ) -> CpuSnapshot | None:
@@ -236,7 +262,9 @@ def cpu_snapshot(
         times = os.times()
         harness = times.user + times.system + _group_cpu_s(set(worker_pgids))
         servers, idle = _group_cpu_s(set(server_pgids)), _group_cpu_s(set(idle_server_pgids))
-        return CpuSnapshot(time.monotonic(), busy, steal, servers, harness, idle)
+        client_wait = _runqueue_wait_s([os.getpid(), *_group_pids(set(worker_pgids))])
+        api_wait = _runqueue_wait_s(server_pgids)  # a local server's API process leads its process group
+        return CpuSnapshot(time.monotonic(), busy, steal, servers, harness, idle, client_wait, api_wait)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -250,6 +278,18 @@ def client_load(before: CpuSnapshot | None, after: CpuSnapshot | None, requests:
     return {
         "client_cpu_s_per_request": cpu_s / max(1, requests),
         "client_cpu_share": cpu_s / (after.at - before.at) / max(1, senders),
+    }
+
+
+def starvation(before: CpuSnapshot | None, after: CpuSnapshot | None) -> dict[str, float | None]:
+    """Over the span: the seconds per second that the load generator's threads, and the API server's, were
+    ready to run but waited for a CPU. Pure."""
+    if before is None or after is None or after.at <= before.at:
+        return {"client_wait_share": None, "api_server_wait_share": None}
+    span = after.at - before.at
+    return {
+        "client_wait_share": max(0.0, after.client_wait_s - before.client_wait_s) / span,
+        "api_server_wait_share": max(0.0, after.api_server_wait_s - before.api_server_wait_s) / span,
     }
 
 

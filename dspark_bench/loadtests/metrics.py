@@ -19,7 +19,7 @@ Definitions (vLLM ``bench serve`` where they overlap):
 - achieved concurrency: time-weighted mean number of requests in flight (send to last byte, warm-up
   requests included) over the level's wall time, the span its throughput is measured over (so the
   last wave's drain counts against both). A closed loop of N users that keeps its concurrency holds
-  ~N. Every closed-loop level runs at least MIN_WAVES rounds of its users (``RunConfig.measured_requests``):
+  ~N. Every closed-loop level runs at least MIN_WAVES rounds of its users, warm-up included (``RunConfig.measured_requests``):
   a single burst holds its concurrency over its own span by construction and measures nothing steady.
 - connect P95: send -> connection ready (the client's share of TTFT; ~0 when connections are reused);
   new-connection rate: the measured requests that had to connect.
@@ -62,6 +62,10 @@ STALL_SHARE = 0.9
 MIN_CONCURRENCY_SHARE = 0.9
 MIN_WAVES = 4  # rounds of its users a closed-loop level runs at least
 CLIENT_SATURATED = 0.9  # share of one core: the load generator is one gevent thread
+# Seconds per second a process's threads waited for a CPU above which it was starved: the load generator's
+# timings are then late (the level is invalid), an API server's TTFT and ITL include the wait (said, not
+# invalid: the server's own processes may be what starved it)
+STARVED_WAIT_SHARE = 0.2
 
 
 @dataclass
@@ -209,6 +213,17 @@ class LevelHealth:
     other_cpu_share: float | None = None  # ... as a share of the machine's CPU time
     idle_servers_cpu_share: float | None = None  # of which the other arms' idle servers
     steal_share: float | None = None  # CPU time the hypervisor stole
+    client_wait_share: float | None = None  # seconds per second the load generator waited for a CPU
+    api_server_wait_share: float | None = None  # ... and the API server of the server under test
+
+    @property
+    def starved(self) -> tuple[str, ...]:
+        """Which processes were starved of CPU over the level, and how much, in words; () when none was."""
+        found = []
+        for who, share in (("the load generator", self.client_wait_share), ("the API server", self.api_server_wait_share)):
+            if share is not None and share > STARVED_WAIT_SHARE:
+                found.append(f"{who} waited for a CPU {share:.0%} of the level")
+        return tuple(found)
 
     @property
     def load_problems(self) -> tuple[str, ...]:
@@ -228,15 +243,21 @@ def level_health(
     open_loop_rate: float | None,
     incomplete: bool,
     prefix_cache_reset: bool | None,
+    waits: Mapping[str, float | None] | None = None,
 ) -> LevelHealth:
-    """A level's health from its metrics, its load generator's cost (``machine.client_load``) and the noise
-    beside it (``machine.cpu_noise``). Pure."""
+    """A level's health from its metrics, its load generator's cost (``machine.client_load``), the noise
+    beside it (``machine.cpu_noise``) and how long its processes waited for a CPU (``machine.starvation``):
+    a starved load generator sends and reads late, so the level does not measure the server. Pure."""
+    waits = waits or {}
     client_share = client.get("client_cpu_share")
     if open_loop_rate is not None:  # held to the rate its schedule really asked for
         problems = level_problems(level, metrics.achieved_rate, client_share, metrics.scheduled_rate or open_loop_rate)
     else:
         problems = level_problems(level, metrics.achieved_concurrency, client_share)
     problems += noise_problems(noise)  # a level measured beside other work measures that work too
+    client_wait = waits.get("client_wait_share")
+    if client_wait is not None and client_wait > STARVED_WAIT_SHARE:
+        problems.append(f"the load generator was starved: it waited for a CPU {client_wait:.0%} of the level")
     return LevelHealth(
         valid=not problems,
         problems=tuple(problems),
@@ -248,6 +269,8 @@ def level_health(
         other_cpu_share=noise.get("other_cpu_share"),
         idle_servers_cpu_share=noise.get("idle_servers_cpu_share"),
         steal_share=noise.get("steal_share"),
+        client_wait_share=client_wait,
+        api_server_wait_share=waits.get("api_server_wait_share"),
     )
 
 

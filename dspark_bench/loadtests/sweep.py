@@ -23,7 +23,7 @@ from dspark_bench.loadtests.config import RunConfig, parse_cpu_list, placement_l
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
 from dspark_bench.loadtests.deploy.local import LocalDeployer
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs, shared_servers
-from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, dtype_line, listening_pgid
+from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, dtype_line, listening_pgid, starvation
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_health, level_metrics
 from dspark_bench.loadtests.openai_api import chat_body
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
@@ -148,18 +148,16 @@ def _measure_level(
             plan.arrivals.rate if plan.arrivals is not None else None,
             incomplete=plan.aborted is not None or not plan.finished(),
             prefix_cache_reset=cache_reset,
+            waits=starvation(snapshot, after),
         )
         server = delta(before, scrape(endpoint.base_url, endpoint.headers()))
         result = LevelResult(plan.arm, scenario, plan.request.mode.value, plan.level, plan.repeat, metrics, health, server)
         if health.problems:
             print(f"  warning: level {_label(plan)} of arm '{plan.arm}' is not a valid measurement: {'; '.join(health.problems)}", flush=True)
-        if metrics.stalled_stream_rate > STALLED_WARNING:
-            print(
-                f"  warning: {metrics.stalled_stream_rate:.0%} of the answers arrived in one piece "
-                f"(first content after {STALL_SHARE:.0%} of the latency): this server held its answers, or the "
-                "client stalled; if the other arms stream cleanly at this level, it is the server's own",
-                flush=True,
-            )
+        if metrics.stalled_stream_rate > STALLED_WARNING or health.starved:
+            stalled = f"{metrics.stalled_stream_rate:.0%} of the answers arrived in one piece (first content after {STALL_SHARE:.0%} of the latency)"
+            why = "; ".join(health.starved) or "no process of the level was starved of CPU: the server held its answers"
+            print(f"  warning: level {_label(plan)} of arm '{plan.arm}': {stalled}; {why}", flush=True)
         results.levels.append(result)
         results.write()
     if stop_if_failing:

@@ -198,19 +198,23 @@ def _machine_panel(results: RunResults, detail: pd.DataFrame) -> list[str]:
         f"<p>{esc(machine.summary)}; CPU features {esc(', '.join(machine.cpu_flags or ()) or 'not recorded')}; "
         f"GPU {esc(str(machine.gpu))}; git {esc(str(machine.git_commit))}.</p>",
     ]
-    columns = ["other_cpu_share", "steal_share", "client_cpu_share", "achieved_concurrency", "valid"]
+    columns = ["other_cpu_share", "steal_share", "client_cpu_share", "client_wait_share", "api_server_wait_share",
+               "achieved_concurrency", "valid"]
     if detail[columns[:3]].notna().any().any():  # runs from before the noise was measured have none
         noise = detail.groupby(["scenario", "level", "arm"])[columns].agg(
             {c: ((lambda v: not (v == False).any()) if c == "valid" else "max") for c in columns}  # noqa: E712
         )
         noise = noise.reset_index().rename(
             columns={"other_cpu_share": "other processes (max)", "steal_share": "steal (max)",
-                     "client_cpu_share": "load generator CPU (max)", "achieved_concurrency": "achieved load (max)",
+                     "client_cpu_share": "load generator CPU (max)", "client_wait_share": "load generator waited (max)",
+                     "api_server_wait_share": "API server waited (max)", "achieved_concurrency": "achieved load (max)",
                      "valid": "measured cleanly"}  # fmt: skip
         )
         parts += [
             "<p>Per level, worst repeat: CPU share of processes other than the servers and the harness, hypervisor "
-            "steal, the load generator's own CPU (of one core). Above 10% other CPU the run warned.</p>",
+            "steal, the load generator's own CPU (of one core), and the seconds per second that the load generator's "
+            "and the API server's threads were ready to run but waited for a CPU (starved above 0.20). Above 10% other "
+            "CPU, or with a starved load generator, a level is not a measurement.</p>",
             "<div class='wide'>",
             noise.to_html(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-"),
             "</div>",

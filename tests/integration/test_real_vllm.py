@@ -71,8 +71,8 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     ]
     assert "--no-enable-prefix-caching" not in results["arms"]["baseline"]["argv"]
     lines = (run / "requests.jsonl").read_text().splitlines()
-    # at least 4 waves measured, whole waves with the warm-up: 1 user 4 + 1, 2 users 9 + 1
-    assert len(lines) == 2 * (4 + 1) + 2 * (9 + 1)
+    # at least 4 whole waves, the warm-up included: 1 user 3 + 1, 2 users 7 + 1
+    assert len(lines) == 2 * (3 + 1) + 2 * (7 + 1)
     records = [json.loads(line) for line in lines]
     assert {r["mode"] for r in records if r["arm"] == "baseline"} == {"prompt"}
     assert {r["mode"] for r in records if r["arm"] == "baseline-constrained"} == {"json_object"}

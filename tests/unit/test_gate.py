@@ -223,3 +223,15 @@ def test_the_committed_gate_fails_each_regression_of_a_real_run(regression, fail
             row["server"] = {k: v for k, v in row.get("server", {}).items() if not k.startswith("vllm:spec_decode")}
     failed = {c.check for c in evaluate(_typed(worse), thresholds, _typed(reference)) if not c.passed}
     assert failing_check in failed, (regression, failed)
+
+
+def test_with_the_waits_measured_a_stall_fails_only_where_the_load_generator_was_starved():
+    """A stall beside a load generator that got its CPU is the server's own: reported, not failed, even when
+    every arm stalls (two API servers on two busy cores). A starved load generator fails the level."""
+    thresholds = Thresholds(against="base")
+    served = _results(_level("base", 1, 100, stalled_stream_rate=0.7, client_wait_share=0.03, api_server_wait_share=0.6),
+                      _level("fast", 1, 200, stalled_stream_rate=0.3, client_wait_share=0.02, api_server_wait_share=0.4))  # fmt: skip
+    assert all(c.passed for c in evaluate(served, thresholds))
+    starved = _results(_level("base", 1, 100, stalled_stream_rate=0.7, client_wait_share=0.5,
+                              level_problems="the load generator was starved: it waited for a CPU 50% of the level"))  # fmt: skip
+    assert [c.check for c in evaluate(starved, thresholds) if not c.passed] == ["level measured cleanly"]

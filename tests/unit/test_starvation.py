@@ -1,0 +1,35 @@
+"""A load generator starved of CPU on purpose: the level says what starved it, is not a measurement, and the
+gate fails it."""
+
+import os
+import subprocess
+import sys
+
+from dspark_bench.loadtests.config import load_config
+from dspark_bench.loadtests.metrics import STARVED_WAIT_SHARE
+from dspark_bench.loadtests.sweep import run_sweep
+from dspark_bench.reports.gate import Thresholds, evaluate
+
+HOG = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def test_a_starved_load_generator_invalidates_its_level_and_fails_the_gate(fast_server, tmp_path):
+    cpu = min(os.sched_getaffinity(0))
+    # three busy processes on the load generator's one CPU: when it is ready to run, it waits behind them
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(cpu)]) for _ in range(3)]
+    try:
+        config = load_config(
+            None, arms="baseline-constrained", urls={"baseline-constrained": fast_server}, scenarios="order_extraction",
+            levels="4", requests_per_level=16, warmup_requests=0, client_cpus=str(cpu), output_dir=str(tmp_path), run_name="starved",
+        )  # fmt: skip
+        results = run_sweep(config, tmp_path / "starved")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    health = results.levels[0].health
+    assert health.client_wait_share is not None and health.client_wait_share > STARVED_WAIT_SHARE
+    assert any(problem.startswith("the load generator was starved") for problem in health.problems)
+    assert any(text.startswith("the load generator waited for a CPU") for text in health.starved)
+    failed = [c for c in evaluate(results, Thresholds(against="baseline-constrained")) if not c.passed]
+    assert [c.check for c in failed] == ["level measured cleanly"] and "load generator was starved" in failed[0].detail
