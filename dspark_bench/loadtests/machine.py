@@ -7,7 +7,8 @@ with it), cores, memory, whether it is a virtual machine, GPU, versions and comm
 ``CpuSnapshot`` / ``cpu_noise``: per level, the CPU time the machine spent on processes other than the
 server under test and this harness (the other arms' idle servers included: they share the cores), and
 the time the hypervisor stole. Above ``NOISE_LIMIT`` / ``STEAL_LIMIT`` the level is not a valid
-measurement. ``listening_pgid`` finds a ``--url`` server that runs on this machine, so its CPU counts
+measurement. ``starvation``: how long the load generator's and the API server's threads were ready to
+run but waited for a CPU (schedstat). ``listening_pgid`` finds a ``--url`` server that runs on this machine, so its CPU counts
 as the server's, not as noise.
 """
 
@@ -19,7 +20,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
@@ -201,7 +202,7 @@ class CpuSnapshot:
     harness_s: float
     idle_servers_s: float = 0.0
     client_wait_s: float = 0.0  # seconds the harness's threads were runnable but waited for a CPU
-    api_server_wait_s: float = 0.0  # ... and the threads of the server under test's API server process
+    api_server_wait_s: float | None = None  # ... and the server under test's API process (None: not on this machine)
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -214,9 +215,10 @@ def _machine_times() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / _TICK, steal / _TICK
 
 
-def _group_cpu_s(pgids: set[int]) -> float:
-    """utime + stime of every live process in these process groups (each local server runs in its own)."""
-    total = 0
+def _group_members(pgids: set[int]) -> list[tuple[int, int]]:
+    """(pid, utime + stime in clock ticks) of every live process in these process groups (each local server
+    runs in its own)."""
+    members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
@@ -224,19 +226,12 @@ def _group_cpu_s(pgids: set[int]) -> float:
             continue
         fields = text.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
         if int(fields[2]) in pgids:  # field 5 of stat: pgrp
-            total += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
-    return total / _TICK
+            members.append((int(stat.parent.name), int(fields[11]) + int(fields[12])))  # fields 14, 15: utime, stime
+    return members
 
 
-def _group_pids(pgids: set[int]) -> list[int]:
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) in pgids:
-                pids.append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return pids
+def _group_cpu_s(pgids: set[int]) -> float:
+    return sum(ticks for _pid, ticks in _group_members(pgids)) / _TICK
 
 
 def _runqueue_wait_s(pids: Iterable[int]) -> float:
@@ -253,7 +248,7 @@ def _runqueue_wait_s(pids: Iterable[int]) -> float:
 
 
 def cpu_snapshot(
-    server_pgids: Iterable[int], worker_pgids: Iterable[int] = (), idle_server_pgids: Iterable[int] = ()
+    server_pgids: Collection[int], worker_pgids: Iterable[int] = (), idle_server_pgids: Iterable[int] = ()
 ) -> CpuSnapshot | None:
     """None where /proc is not there to read (not Linux). ``server_pgids``: the server under test; the
     harness is this process and the process groups of its Locust workers."""
@@ -262,8 +257,9 @@ def cpu_snapshot(
         times = os.times()
         harness = times.user + times.system + _group_cpu_s(set(worker_pgids))
         servers, idle = _group_cpu_s(set(server_pgids)), _group_cpu_s(set(idle_server_pgids))
-        client_wait = _runqueue_wait_s([os.getpid(), *_group_pids(set(worker_pgids))])
-        api_wait = _runqueue_wait_s(server_pgids)  # a local server's API process leads its process group
+        client_wait = _runqueue_wait_s([os.getpid(), *(pid for pid, _ticks in _group_members(set(worker_pgids)))])
+        # a local server's API process leads its process group; a server elsewhere has none to read
+        api_wait = _runqueue_wait_s(server_pgids) if server_pgids else None
         return CpuSnapshot(time.monotonic(), busy, steal, servers, harness, idle, client_wait, api_wait)
     except (OSError, ValueError, IndexError):
         return None
@@ -289,7 +285,9 @@ def starvation(before: CpuSnapshot | None, after: CpuSnapshot | None) -> dict[st
     span = after.at - before.at
     return {
         "client_wait_share": max(0.0, after.client_wait_s - before.client_wait_s) / span,
-        "api_server_wait_share": max(0.0, after.api_server_wait_s - before.api_server_wait_s) / span,
+        "api_server_wait_share": None
+        if after.api_server_wait_s is None or before.api_server_wait_s is None
+        else max(0.0, after.api_server_wait_s - before.api_server_wait_s) / span,
     }
 
 

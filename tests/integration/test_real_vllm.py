@@ -78,7 +78,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     assert {r["mode"] for r in records if r["arm"] == "baseline-constrained"} == {"json_object"}
     assert all(r["output_tokens"] and r["t_first_token"] for r in records)
     for level in results["levels"]:
-        assert level["metrics"]["requests"] == {1: 4, 2: 9}[level["level"]] and level["metrics"]["raw_tok_s"] > 0
+        assert level["metrics"]["requests"] == {1: 3, 2: 7}[level["level"]] and level["metrics"]["raw_tok_s"] > 0
         assert level["health"]["prefix_cache_reset"] is True  # local arms run in dev mode: emptied before each level
         assert "vllm:generation_tokens" in level["server"]  # /metrics scraped around the level
     assert len(list((run / "responses" / "baseline").glob("*.json"))) == 5 + 10
