@@ -81,7 +81,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
         assert level["metrics"]["requests"] == {1: 3, 2: 7}[level["level"]] and level["metrics"]["raw_tok_s"] > 0
         assert level["health"]["prefix_cache_reset"] is True  # local arms run in dev mode: emptied before each level
         assert "vllm:generation_tokens" in level["server"]  # /metrics scraped around the level
-    assert len(list((run / "responses" / "baseline").glob("*.json"))) == 5 + 10
+    assert len(list((run / "responses" / "baseline").glob("*.json"))) == 4 + 8  # every answer of its two levels, warm-up included
     assert (run / "report.html").exists() and "eff tok/s" in out.stdout and "x baseline-constrained" in out.stdout
     assert len((run / "levels.csv").read_text().splitlines()) == 1 + 4
     assert_no_server_left(run)
