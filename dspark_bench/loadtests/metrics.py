@@ -68,6 +68,10 @@ CLIENT_SATURATED = 0.9  # share of one core: the load generator is one gevent th
 STARVED_WAIT_SHARE = 0.2
 
 
+def _starved(wait_share: float | None) -> bool:
+    return wait_share is not None and wait_share > STARVED_WAIT_SHARE
+
+
 @dataclass
 class LevelMetrics:
     requests: int
@@ -221,7 +225,7 @@ class LevelHealth:
         """Which processes were starved of CPU over the level, and how much, in words; () when none was."""
         found = []
         for who, share in (("the load generator", self.client_wait_share), ("the API server", self.api_server_wait_share)):
-            if share is not None and share > STARVED_WAIT_SHARE:
+            if _starved(share):
                 found.append(f"{who} waited for a CPU {share:.0%} of the level")
         return tuple(found)
 
@@ -256,7 +260,7 @@ def level_health(
         problems = level_problems(level, metrics.achieved_concurrency, client_share)
     problems += noise_problems(noise)  # a level measured beside other work measures that work too
     client_wait = waits.get("client_wait_share")
-    if client_wait is not None and client_wait > STARVED_WAIT_SHARE:
+    if _starved(client_wait):
         problems.append(f"the load generator was starved: it waited for a CPU {client_wait:.0%} of the level")
     return LevelHealth(
         valid=not problems,
