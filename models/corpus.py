@@ -1,16 +1,26 @@
-"""Training text drawn from the scenarios' train split: one (prompt, completion) pair per seed."""
+"""Training text: the scenarios' train split, made-up records, and JSONSchemaBench documents (``records``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
 from dspark_bench.scenarios import Sample, Split, load_scenario
 from dspark_bench.scenarios.generators import politeness
+from models import records
 
-# Share of training examples per scenario: the JSON extraction task the article measures leads.
-MIX: dict[str, float] = {"order_extraction": 0.4, "tool_call": 0.25, "review_sentiment": 0.2, "freeform_qa": 0.15}
+# Share of training examples per source: the JSON extraction task the article measures leads; made-up
+# records and JSONSchemaBench documents teach the model schemas no scenario has (the user's own).
+MIX: dict[str, float] = {
+    "order_extraction": 0.3, "tool_call": 0.17, "review_sentiment": 0.13, "freeform_qa": 0.1,
+    "records": 0.2, "jsonschemabench": 0.1,
+}  # fmt: skip
+# Where the JSONSchemaBench documents come from: the dataset folder beside the checkout, or a file that
+# `python -m models.train schema-pairs` extracted from it (to carry where the dataset is not).
+DEFAULT_SCHEMA_PAIRS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "jsonschemabench"
 
 
 @dataclass(frozen=True)
@@ -19,8 +29,21 @@ class Pair:
     completion: str
 
 
-def _pairs_for(job: tuple[str, int, int]) -> list[Pair]:
-    name, offset, count = job
+@cache
+def _schema_pairs(path: str) -> list[tuple[list[dict[str, str]], str]]:
+    pairs = records.read_schema_pairs(Path(path))
+    if not pairs:
+        raise SystemExit(f"no JSONSchemaBench documents under {path}: pass --schema-pairs DIR_OR_FILE")
+    return pairs
+
+
+def _pairs_for(job: tuple[str, int, int, str]) -> list[Pair]:
+    name, offset, count, schema_pairs = job
+    if name == "records":
+        return [Pair(*records.record_pair(seed)) for seed in range(offset, offset + count)]
+    if name == "jsonschemabench":
+        pool = _schema_pairs(schema_pairs)
+        return [Pair(*pool[i % len(pool)]) for i in range(offset, offset + count)]
     scenario = load_scenario(name)
     return [Pair(s.messages, completion(s)) for s in scenario.samples(Split.TRAIN, count, offset)]
 
@@ -33,11 +56,11 @@ def completion(sample: Sample) -> str:
     return text
 
 
-def _jobs(total: int, chunk: int) -> list[tuple[str, int, int]]:
-    jobs: list[tuple[str, int, int]] = []
+def _jobs(total: int, chunk: int, schema_pairs: str) -> list[tuple[str, int, int, str]]:
+    jobs: list[tuple[str, int, int, str]] = []
     for name, share in MIX.items():
         count = int(total * share)
-        jobs += [(name, start, min(chunk, count - start)) for start in range(0, count, chunk)]
+        jobs += [(name, start, min(chunk, count - start), schema_pairs) for start in range(0, count, chunk)]
     return jobs
 
 
@@ -50,12 +73,12 @@ def _run(func, jobs: list, workers: int) -> list:
     return [item for batch in results for item in batch]
 
 
-def training_pairs(total: int, workers: int = 1, chunk: int = 5000) -> list[Pair]:
-    """``total`` pairs in MIX proportions, from the start of each scenario's train split (deterministic)."""
-    return _run(_pairs_for, _jobs(total, chunk), workers)
+def training_pairs(total: int, workers: int = 1, chunk: int = 5000, schema_pairs: str = str(DEFAULT_SCHEMA_PAIRS)) -> list[Pair]:
+    """``total`` pairs in MIX proportions, from the start of each source (deterministic)."""
+    return _run(_pairs_for, _jobs(total, chunk, schema_pairs), workers)
 
 
-def _tokenized_for(job: tuple[str, int, int, str]) -> list[tuple[list[int], list[int]]]:
+def _tokenized_for(job: tuple[str, int, int, str, str]) -> list[tuple[list[int], list[int]]]:
     from models.tokenizer import load_tokenizer
 
     *pair_job, tokenizer_dir = job
@@ -71,6 +94,8 @@ def _tokenized_for(job: tuple[str, int, int, str]) -> list[tuple[list[int], list
     return [(p.ids, a.ids + [eos]) for p, a in zip(prompt_ids, answer_ids, strict=True)]
 
 
-def tokenized_pairs(total: int, tokenizer_dir: str, workers: int = 1, chunk: int = 5000) -> list[tuple[list[int], list[int]]]:
+def tokenized_pairs(
+    total: int, tokenizer_dir: str, workers: int = 1, chunk: int = 5000, schema_pairs: str = str(DEFAULT_SCHEMA_PAIRS)
+) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, completion ids + EOS) for ``total`` training pairs."""
-    return _run(_tokenized_for, [(*job, tokenizer_dir) for job in _jobs(total, chunk)], workers)
+    return _run(_tokenized_for, [(*job, tokenizer_dir) for job in _jobs(total, chunk, schema_pairs)], workers)

@@ -19,10 +19,11 @@ from typing import Any
 from dspark_bench.loadtests.config import load_config
 from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
-from dspark_bench.loadtests.deploy.servers import vllm_launcher
+from dspark_bench.loadtests.deploy.servers import common_server_args, vllm_launcher
 from dspark_bench.loadtests.openai_api import ask
 from dspark_bench.loadtests.validate import Verdict, validate
-from dspark_bench.scenarios import Sample, Split, load_all
+from dspark_bench.scenarios import Sample, Scenario, Split, builtin_names, load_scenario
+from models.corpus import MIX
 
 MODELS_DIR = Path(__file__).parent
 ANSWER_TIMEOUT_S = 300.0  # non-streaming: the whole answer at once, several requests in flight
@@ -35,6 +36,11 @@ ORDER_FIELDS = {
 }
 
 
+def trained_scenarios() -> list[Scenario]:
+    """The built-in scenarios the models were trained on (multi-turn agent sessions are not)."""
+    return [load_scenario(name) for name in MIX if name in builtin_names()]
+
+
 def _ask(endpoint: Endpoint, sample: Sample) -> tuple[str, str | None]:
     choice = ask(endpoint.base_url, endpoint.model, sample.messages, timeout_s=ANSWER_TIMEOUT_S)["choices"][0]
     return choice["message"]["content"], choice["finish_reason"]
@@ -42,7 +48,7 @@ def _ask(endpoint: Endpoint, sample: Sample) -> tuple[str, str | None]:
 
 def evaluate_model(endpoint: Endpoint, count: int, concurrency: int) -> dict[str, Any]:
     report: dict[str, Any] = {}
-    for scenario in load_all():
+    for scenario in trained_scenarios():
         samples = list(scenario.samples(Split.EVAL, count))
         with ThreadPoolExecutor(concurrency) as pool:
             answers = list(pool.map(lambda s: _ask(endpoint, s), samples))
@@ -88,7 +94,7 @@ def next_token_agreement(main_dir: Path, draft_dir: Path, per_scenario: int) -> 
     main = AutoModelForCausalLM.from_pretrained(str(main_dir), dtype=torch.float32).eval()
     draft = AutoModelForCausalLM.from_pretrained(str(draft_dir), dtype=torch.float32).eval()
     out: dict[str, float] = {}
-    for scenario in load_all():
+    for scenario in trained_scenarios():
         same = total = 0
         for sample in scenario.samples(Split.EVAL, per_scenario):
             prompt = tok.apply_chat_template(sample.messages, tokenize=False, add_generation_prompt=True)
@@ -152,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for name in args.models:
             model_dir = MODELS_DIR / name
-            spec = ServerSpec(name, str(model_dir), name, vllm_launcher(), list(load_config().server_args), env=cpu_server_env())
+            spec = ServerSpec(name, str(model_dir), name, vllm_launcher(), common_server_args(load_config()), env=cpu_server_env())
             print(f"{name}: starting vLLM ...", flush=True)
             endpoint = deployer.start(spec)
             t0 = time.time()

@@ -50,13 +50,20 @@ def cmd_tokenizer(args: argparse.Namespace) -> None:
     print(f"tokenizer trained on {len(texts)} texts -> {args.out}")
 
 
+def cmd_schema_pairs(args: argparse.Namespace) -> None:
+    from models.records import write_schema_pairs
+
+    count = write_schema_pairs(Path(args.root), Path(args.out))
+    print(f"{count} JSONSchemaBench documents -> {args.out}")
+
+
 def cmd_data(args: argparse.Namespace) -> None:
     from models.corpus import tokenized_pairs
     from models.tokenizer import load_tokenizer
 
     t0 = time.time()
     tok = load_tokenizer(TOKENIZER_DIR)
-    pairs = tokenized_pairs(args.samples, str(TOKENIZER_DIR), workers=args.workers)
+    pairs = tokenized_pairs(args.samples, str(TOKENIZER_DIR), workers=args.workers, schema_pairs=args.schema_pairs)
     rows = [(p, a) for p, a in pairs if len(p) + len(a) <= MAX_LEN]
     # pickle, not torch.save: torch.load's safe unpickler takes minutes over millions of small ints.
     with open(args.out, "wb") as f:
@@ -230,6 +237,8 @@ def _write_training_md(out: Path, args, n_params: int, log: list, wall: float, h
     import torch
     import transformers
 
+    from models.corpus import MIX
+
     lines = [
         f"# Training record: {out.name}",
         "",
@@ -237,7 +246,8 @@ def _write_training_md(out: Path, args, n_params: int, log: list, wall: float, h
         f"--batch-tokens {args.batch_tokens} --lr {args.lr} --seed {args.seed}` after the `tokenizer` and `data` steps)",
         f"- Architecture: LlamaForCausalLM, {n_params / 1e6:.1f}M parameters, hidden {config.hidden_size}, "
         f"{config.num_hidden_layers} layers, {config.num_attention_heads} heads, vocab {config.vocab_size}, tied embeddings",
-        f"- Data: {n_rows} (prompt, completion) sequences from the scenarios' train split (seeds below 1,000,000), "
+        f"- Data: {n_rows} (prompt, completion) sequences in models/corpus.py's MIX ({', '.join(f'{k} {v:g}' for k, v in MIX.items())}): "
+        "the scenarios' train split (seeds below 1,000,000), made-up records, JSONSchemaBench documents (JME held out); "
         "loss on the completion only",
         f"- Optimiser: AdamW lr {args.lr} (warm-up then cosine to 10%), betas 0.9/0.95, wd 0.1, bf16 autocast, "
         f"~{args.batch_tokens} padded tokens per step",
@@ -255,6 +265,8 @@ def _write_training_md(out: Path, args, n_params: int, log: list, wall: float, h
 
 
 def main(argv: list[str] | None = None) -> None:
+    from models.corpus import DEFAULT_SCHEMA_PAIRS
+
     parser = argparse.ArgumentParser(
         prog="python -m models.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -267,6 +279,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--samples", type=int, default=400_000)
     p.add_argument("--out", required=True)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--schema-pairs", default=str(DEFAULT_SCHEMA_PAIRS),
+                   help="JSONSchemaBench folder, or the file `schema-pairs` wrote (default: %(default)s)")  # fmt: skip
+    p = sub.add_parser("schema-pairs", help="extract JSONSchemaBench training documents to one small file")
+    p.add_argument("--root", default=str(DEFAULT_SCHEMA_PAIRS))
+    p.add_argument("--out", required=True)
     p = sub.add_parser("model", help="train one model")
     p.add_argument("--size", choices=sorted(SIZES), required=True)
     p.add_argument("--data", required=True)
@@ -283,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("model_dir")
     p.add_argument("--per-scenario", type=int, default=40)
     args = parser.parse_args(argv)
-    {"tokenizer": cmd_tokenizer, "data": cmd_data, "model": cmd_model, "check": cmd_check}[args.command](args)
+    {"tokenizer": cmd_tokenizer, "data": cmd_data, "schema-pairs": cmd_schema_pairs, "model": cmd_model, "check": cmd_check}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""The embedded model's broad training text: made-up records and JSONSchemaBench documents (models/records.py).
+
+What the model learns from them must be learnable and must not leak the benchmark: every value of a record's
+answer is written in its prompt, the answer is compact JSON, and the JSONSchemaBench subset the benchmark
+runs on (JME) never reaches the training text.
+"""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from models import corpus, records
+from models.records import HELD_OUT_SUBSETS, record_example, record_pair, schema_pairs
+
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "jsonschemabench"
+
+
+def test_every_answer_value_is_written_in_the_prompt():
+    for seed in range(300):
+        messages, record = record_example(random.Random(seed))
+        prompt = "\n".join(m["content"] for m in messages)
+        assert record, seed
+        for name, value in record.items():
+            assert name in prompt, (seed, name)
+            written = ("yes" if value else "no") if isinstance(value, bool) else str(value)
+            assert written in prompt, (seed, name, value)
+
+
+def test_records_are_deterministic_compact_and_varied():
+    assert record_pair(7) == record_pair(7)
+    answers = [record_pair(seed)[1] for seed in range(200)]
+    assert all(a == records.compact(json.loads(a)) for a in answers)
+    keys = {k for a in answers for k in json.loads(a)}
+    assert len(keys) > 150  # field names from broad word lists, not a handful of schemas
+
+
+def test_mix_is_a_distribution_over_known_sources():
+    assert abs(sum(corpus.MIX.values()) - 1.0) < 1e-9
+    assert {"records", "jsonschemabench"} <= set(corpus.MIX)
+
+
+def _entry(tmp: Path, subset: str, name: str, schema: dict, tests: list[dict]) -> None:
+    (tmp / subset).mkdir(parents=True, exist_ok=True)
+    (tmp / subset / name).write_text(json.dumps({"schema": schema, "tests": tests}), encoding="utf-8")
+
+
+def test_schema_pairs_hold_out_jme_and_take_valid_documents_only(tmp_path):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    _entry(tmp_path, "Github_easy", "x.json", schema, [{"valid": True, "data": {"a": 1}}, {"valid": False, "data": {"a": "no"}}])
+    _entry(tmp_path, "JME", "y.json", schema, [{"valid": True, "data": {"a": 2}}])
+    big = {"type": "object", "description": "x" * records.MAX_SCHEMA_CHARS}
+    _entry(tmp_path, "Github_easy", "z.json", big, [{"valid": True, "data": {}}])
+    pairs = list(schema_pairs(tmp_path))
+    assert [answer for _, answer in pairs] == ['{"a":1}']
+    assert "Produce one JSON document" in pairs[0][0][0]["content"]
+    out = tmp_path / "pairs.jsonl"
+    assert records.write_schema_pairs(tmp_path, out) == 1
+    assert records.read_schema_pairs(out) == pairs
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/datasets/jsonschemabench is not beside this checkout")
+def test_no_held_out_schema_reaches_the_training_text():
+    held_out = {
+        json.dumps(json.loads(p.read_text(encoding="utf-8"))["schema"], ensure_ascii=False)
+        for subset in HELD_OUT_SUBSETS
+        for p in (CORPUS / subset).glob("*.json")
+    }
+    assert len(held_out) > 50
+    prompts = {messages[0]["content"] for messages, _ in schema_pairs(CORPUS)}
+    assert len(prompts) > 1000
+    assert not any(schema in prompt for prompt in prompts for schema in held_out if len(schema) > 200)
