@@ -67,6 +67,16 @@ def _slo_pairs(text: str) -> dict[str, float]:
     return slo
 
 
+def _level_counts(text: str) -> dict[int, int]:
+    counts = {}
+    for pair in text.split(","):
+        level, sep, count = pair.strip().partition("=")
+        if not sep:
+            raise ValueError(pair)
+        counts[int(level)] = int(count)
+    return counts
+
+
 def _url_pair(text: str) -> tuple[str, str]:
     arm, sep, url = text.partition("=")
     if not sep or not url.startswith(("http://", "https://")):
@@ -125,6 +135,10 @@ class RunConfig:
     requests_per_level: int = setting(200, kind=int, example="200", flag="--requests", ui=False,
                                       help="measured requests per level, at least (article: 200); a closed loop runs "
                                       f"whole waves of its users, {MIN_WAVES} at least, the warm-up included")
+    level_requests: dict[int, int] = setting(factory=dict, kind=dict, example="{1: 24, 8: 62}", parse=_level_counts,
+                                             flag_example="1=24,8=62", metavar="LEVEL=N,..", ui=False,
+                                             help="measured requests at some levels, at least (beside requests_per_level): more "
+                                             "where a level's spread is wide, e.g. few users, who each send few requests")
     warmup_requests: int = setting(2, kind=int, example="2", flag="--warmup", ui=False,
                                    help="warm-up requests per level, not measured")
     repeats: int = setting(1, kind=int, example="3", ui=False, help="run each level this many times per arm")
@@ -188,14 +202,15 @@ class RunConfig:
         return load_scenario(name)
 
     def measured_requests(self, level: float) -> int:
-        """Measured requests of one level: ``requests_per_level``; a closed loop of N users runs at least
-        MIN_WAVES waves of N, its warm-up requests included (no level is a single burst, whose concurrency
+        """Measured requests of one level: ``requests_per_level``, or more where ``level_requests`` asks; a
+        closed loop of N users runs at least MIN_WAVES waves of N, its warm-up requests included (no level is a single burst, whose concurrency
         holds by construction), in whole waves (none ends in a part-wave that leaves users idle). The warm-up
         is part of the first wave: a wave of its own would cost a fifth more at 64 users and measure nothing."""
         if self.rates:
             return self.requests_per_level
         users = int(level)
-        sent = max(self.requests_per_level + self.warmup_requests, MIN_WAVES * users)
+        wanted = max(self.requests_per_level, self.level_requests.get(users, 0))
+        sent = max(wanted + self.warmup_requests, MIN_WAVES * users)
         return -(-sent // users) * users - self.warmup_requests
 
 
@@ -327,6 +342,11 @@ def validate_config(config: RunConfig) -> RunConfig:
     ):
         if seconds <= 0:
             _fail(name, f"{seconds!r} seconds is not a positive time", f"write e.g. {name}: {settings()[name].example}")
+    for level, count in config.level_requests.items():
+        if rates or level not in levels:
+            _fail(f"level_requests.{level}", "not a closed-loop level of this run", f"use one of the levels {', '.join(map(str, levels))}")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            _fail(f"level_requests.{level}", f"{count!r} is not an integer >= 1", f"write e.g. level_requests: {settings()['level_requests'].example}")
     for key, limit in config.slo.items():
         if key not in SLO_KEYS:
             _fail(f"slo.{key}", "unknown objective", f"use {', '.join(SLO_KEYS)}")

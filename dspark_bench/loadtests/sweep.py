@@ -24,7 +24,7 @@ from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, 
 from dspark_bench.loadtests.deploy.local import LocalDeployer
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs, shared_servers
 from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, dtype_line, listening_pgid, starvation
-from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, level_health, level_metrics
+from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, LevelHealth, level_health, level_metrics
 from dspark_bench.loadtests.openai_api import chat_body
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
 from dspark_bench.loadtests.records import DiscardingSink, RunFolderSink
@@ -62,6 +62,13 @@ def _progress(plan: LevelPlan, started: float) -> str:
         f"  {plan.arm:<22} {_label(plan):<6} {plan.completed:>4}/{plan.total} {unit}  "
         f"{tokens / max(1e-9, time.time() - started):8.1f} tok/s  {invalid} not valid"
     )
+
+
+def _unstarved_reason(health: LevelHealth) -> str:
+    """Why answers stalled when no measured process was starved: the server, where its waits were measured."""
+    if health.api_server_wait_share is None:
+        return "the load generator got its CPU (the server's waits are not measured: it runs elsewhere), so the server held its answers"
+    return "no process of the level was starved of CPU: the server held its answers"
 
 
 def _label(plan: LevelPlan) -> str:
@@ -156,7 +163,7 @@ def _measure_level(
             print(f"  warning: level {_label(plan)} of arm '{plan.arm}' is not a valid measurement: {'; '.join(health.problems)}", flush=True)
         if metrics.stalled_stream_rate > STALLED_WARNING or health.starved:
             stalled = f"{metrics.stalled_stream_rate:.0%} of the answers arrived in one piece (first content after {STALL_SHARE:.0%} of the latency)"
-            why = "; ".join(health.starved) or "no process of the level was starved of CPU: the server held its answers"
+            why = "; ".join(health.starved) or _unstarved_reason(health)
             print(f"  warning: level {_label(plan)} of arm '{plan.arm}': {stalled}; {why}", flush=True)
         results.levels.append(result)
         results.write()

@@ -8,8 +8,9 @@ from collections import Counter
 
 import httpx
 import locust  # noqa: F401 - gevent patches sockets first
+import pytest
 
-from dspark_bench.loadtests.config import load_config
+from dspark_bench.loadtests.config import ConfigError, load_config
 from dspark_bench.loadtests.metrics import MIN_WAVES, achieved_concurrency
 from dspark_bench.loadtests.records import RequestRecord, read_records
 from dspark_bench.loadtests.sweep import prompt_blocks, reused_prompts, run_sweep
@@ -26,6 +27,16 @@ def test_a_closed_loop_level_runs_at_least_four_whole_waves_and_an_open_loop_its
     assert load_config(None, levels="8", requests_per_level=64, warmup_requests=2).measured_requests(8) == 70  # 64 + 2 -> 9 waves
     open_loop = load_config(None, rates=[1.0, 8.0], requests_per_level=24)
     assert [open_loop.measured_requests(rate) for rate in open_loop.rates] == [24, 24]
+
+
+def test_level_requests_raise_some_levels_and_never_lower_one():
+    config = load_config(None, levels="1,8,64", requests_per_level=8, warmup_requests=2, level_requests={1: 24, 8: 62})
+    assert config.level_requests == {1: 24, 8: 62}
+    assert [config.measured_requests(level) for level in config.levels] == [24, 62, 254]  # 62 + 2 = 8 waves of 8
+    assert load_config(None, levels="1", requests_per_level=200, level_requests={1: 24}).measured_requests(1) == 200
+    for bad in ({16: 4}, {1: 0}):
+        with pytest.raises(ConfigError, match="level_requests"):
+            load_config(None, levels="1,8", level_requests=bad)
 
 
 def _record(send: float, end: float, warmup: bool = False) -> RequestRecord:

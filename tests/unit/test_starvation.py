@@ -33,3 +33,13 @@ def test_a_starved_load_generator_invalidates_its_level_and_fails_the_gate(fast_
     assert any(text.startswith("the load generator waited for a CPU") for text in health.starved)
     failed = [c for c in evaluate(results, Thresholds(against="baseline-constrained")) if not c.passed]
     assert [c.check for c in failed] == ["level measured cleanly"] and "load generator was starved" in failed[0].detail
+
+
+def test_a_stall_beside_a_remote_server_does_not_claim_its_waits_were_measured():
+    from dspark_bench.loadtests.metrics import LevelHealth
+    from dspark_bench.loadtests.sweep import _unstarved_reason
+
+    remote = _unstarved_reason(LevelHealth(client_wait_share=0.01, api_server_wait_share=None))
+    local = _unstarved_reason(LevelHealth(client_wait_share=0.01, api_server_wait_share=0.02))
+    assert "not measured" in remote and "no process" not in remote
+    assert local.startswith("no process of the level was starved")
