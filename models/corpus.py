@@ -31,6 +31,9 @@ class Pair:
 
 @cache
 def _schema_pairs(path: str) -> list[tuple[list[dict[str, str]], str]]:
+    if not Path(path).exists():
+        raise SystemExit(f"{path} does not exist: the training mix needs JSONSchemaBench documents; pass --schema-pairs "
+                         "DIR_OR_FILE (the dataset folder, or `python -m models.train schema-pairs` output)")  # fmt: skip
     pairs = records.read_schema_pairs(Path(path))
     if not pairs:
         raise SystemExit(f"no JSONSchemaBench documents under {path}: pass --schema-pairs DIR_OR_FILE")
