@@ -57,24 +57,23 @@ def setting(default: Any = MISSING, *, factory: Any = MISSING, **spec: Any) -> A
     return field(default=default, default_factory=factory, metadata={SETTING: Setting(**spec)})
 
 
-def _slo_pairs(text: str) -> dict[str, float]:
-    slo = {}
+def _key_values(text: str, key: Callable[[str], Any], value: Callable[[str], Any]) -> dict[Any, Any]:
+    """A mapping flag's text, ``K=V,K=V``, each side converted; ValueError names a pair without '='."""
+    pairs = {}
     for pair in text.split(","):
-        key, sep, value = pair.strip().partition("=")
+        k, sep, v = pair.strip().partition("=")
         if not sep:
             raise ValueError(pair)
-        slo[key] = float(value)
-    return slo
+        pairs[key(k)] = value(v)
+    return pairs
+
+
+def _slo_pairs(text: str) -> dict[str, float]:
+    return _key_values(text, str, float)
 
 
 def _level_counts(text: str) -> dict[int, int]:
-    counts = {}
-    for pair in text.split(","):
-        level, sep, count = pair.strip().partition("=")
-        if not sep:
-            raise ValueError(pair)
-        counts[int(level)] = int(count)
-    return counts
+    return _key_values(text, int, int)
 
 
 def _url_pair(text: str) -> tuple[str, str]:

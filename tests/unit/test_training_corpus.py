@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from models import corpus, records
+from models.corpus import DEFAULT_SCHEMA_PAIRS as CORPUS
 from models.records import HELD_OUT_SUBSETS, record_example, record_pair, schema_pairs
-
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "jsonschemabench"
 
 
 def test_every_answer_value_is_written_in_the_prompt():
