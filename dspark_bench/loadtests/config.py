@@ -141,6 +141,10 @@ class RunConfig:
     warmup_requests: int = setting(2, kind=int, example="2", flag="--warmup", ui=False,
                                    help="warm-up requests per level, not measured")
     repeats: int = setting(1, kind=int, example="3", ui=False, help="run each level this many times per arm")
+    level_repeats: dict[int, int] = setting(factory=dict, kind=dict, example="{1: 5, 8: 5}", parse=_level_counts,
+                                            flag_example="1=5,8=5", metavar="LEVEL=N,..", ui=False,
+                                            help="repeats at some levels instead of repeats: more where a level is short and "
+                                            "its ratio spreads (few users), so its interval narrows at little cost")
     max_tokens: int = setting(MAX_TOKENS, kind=int, example="512", help="max_tokens of every request")
     temperature: float = setting(TEMPERATURE, kind=(int, float), example="0.0",
                                  help="temperature of every request (0: greedy, as the article)")
@@ -199,6 +203,15 @@ class RunConfig:
         if self.trace is not None and name == self.trace:
             return load_trace(Path(name), load_scenario, model_dir=self.model)
         return load_scenario(name)
+
+    def repeats_at(self, level: float) -> int:
+        """How many times each arm runs one level: ``level_repeats`` where it names the level, else ``repeats``."""
+        return self.repeats if self.rates else self.level_repeats.get(int(level), self.repeats)
+
+    @property
+    def most_repeats(self) -> int:
+        """The repeats of the level that runs most often: the sweep's outer loop runs this many rounds."""
+        return max((self.repeats_at(level) for level in self.rates or self.levels), default=self.repeats)
 
     def measured_requests(self, level: float) -> int:
         """Measured requests of one level: ``requests_per_level``, or more where ``level_requests`` asks; a
@@ -341,11 +354,12 @@ def validate_config(config: RunConfig) -> RunConfig:
     ):
         if seconds <= 0:
             _fail(name, f"{seconds!r} seconds is not a positive time", f"write e.g. {name}: {settings()[name].example}")
-    for level, count in config.level_requests.items():
-        if rates or level not in levels:
-            _fail(f"level_requests.{level}", "not a closed-loop level of this run", f"use one of the levels {', '.join(map(str, levels))}")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            _fail(f"level_requests.{level}", f"{count!r} is not an integer >= 1", f"write e.g. level_requests: {settings()['level_requests'].example}")
+    for name in ("level_requests", "level_repeats"):
+        for level, count in getattr(config, name).items():
+            if rates or level not in levels:
+                _fail(f"{name}.{level}", "not a closed-loop level of this run", f"use one of the levels {', '.join(map(str, levels))}")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                _fail(f"{name}.{level}", f"{count!r} is not an integer >= 1", f"write e.g. {name}: {settings()[name].example}")
     for key, limit in config.slo.items():
         if key not in SLO_KEYS:
             _fail(f"slo.{key}", "unknown objective", f"use {', '.join(SLO_KEYS)}")

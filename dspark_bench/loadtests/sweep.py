@@ -284,8 +284,10 @@ def prompt_blocks(config: RunConfig) -> dict[tuple[int, int], tuple[int, int]]:
     earlier repeat's prompts in a prefix cache and the repeats are independent. A trace replays its own
     requests in every repeat."""
     blocks, offset = {}, 0
-    for repeat in range(config.repeats):
+    for repeat in range(config.most_repeats):
         for index, level in enumerate(config.rates or config.levels):
+            if repeat >= config.repeats_at(level):
+                continue
             size = config.warmup_requests + config.measured_requests(level)
             blocks[(repeat, index)] = (offset, size)
             offset += 0 if config.trace is not None else size  # a trace's requests are the trace, in its order
@@ -409,10 +411,12 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                 print(f"note: {reuse}", flush=True)
         if config.find_capacity:
             _find_capacity(results, endpoints, sink, pool, unresettable)
-        for repeat in range(0 if config.find_capacity else config.repeats):
+        for repeat in range(0 if config.find_capacity else config.most_repeats):
             for scenario_name in config.scenarios:
                 scenario = config.scenario(scenario_name)
                 for level_index, level in enumerate(config.rates or config.levels):
+                    if repeat >= config.repeats_at(level):
+                        continue  # a level with fewer repeats (level_repeats) has run all of its own
                     block = blocks[(repeat, level_index)]
                     samples = level_samples(scenario, block)
                     order = arms if (level_index + repeat) % 2 == 0 else arms[::-1]  # alternate who goes first

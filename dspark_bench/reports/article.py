@@ -85,10 +85,12 @@ def bootstrap_ratio(
     return float(low), float(high)
 
 
-def interval_note(repeats: int) -> str:
+def interval_note(records: pd.DataFrame) -> str:
     """What the table's intervals cover, in words for the page."""
-    if repeats > 1:
-        return (f"Throughput, P95 and total-time changes: the geometric mean of the {repeats} per-repeat ratios (the "
+    fewest, most = repeat_range(records)
+    if fewest > 1:
+        counted = str(most) if fewest == most else f"{fewest} to {most} (by level)"
+        return (f"Throughput, P95 and total-time changes: the geometric mean of the {counted} per-repeat ratios (the "
                 "arms ran side by side in each repeat) with a Student-t 95% interval on their logs, so drift between "
                 "repeats widens it, and so do few repeats.")  # fmt: skip
     return ("95% intervals from one repeat: they cover request-to-request variation only, not run-to-run "
@@ -97,6 +99,14 @@ def interval_note(repeats: int) -> str:
 
 def repeat_count(records: pd.DataFrame) -> int:
     return int(records["repeat"].nunique()) if "repeat" in records and not records.empty else 1
+
+
+def repeat_range(records: pd.DataFrame) -> tuple[int, int]:
+    """The fewest and the most repeats of any level (they differ where level_repeats asks)."""
+    if "repeat" not in records or records.empty:
+        return 1, 1
+    counts = records.groupby("level")["repeat"].nunique()
+    return int(counts.min()), int(counts.max())
 
 
 def _eff(level: int):

@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 from dspark_bench.loadtests.arms import REFERENCE_ARM  # noqa: E402
 from dspark_bench.loadtests.config import placement_line  # noqa: E402
 from dspark_bench.loadtests.results import RunResults, levels_frame  # noqa: E402
-from dspark_bench.reports.article import article_table, interval_note, load_records, repeat_count  # noqa: E402
+from dspark_bench.reports.article import article_table, interval_note, load_records  # noqa: E402
 from dspark_bench.reports.tables import SPEEDUP_COLUMN, capacity_lines, session_lines, summary_frame, tag_frame  # noqa: E402
 
 STYLE = """
@@ -331,7 +331,7 @@ def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()
                 parts += [
                     f"<h2>The article's table: {esc(scenario)}, dspark against {esc(base)}</h2>",
                     table.to_html(index=False, na_rep="-"),
-                    f"<p>{esc(interval_note(repeat_count(records)))}</p>",
+                    f"<p>{esc(interval_note(records))}</p>",
                 ]
     if not summary.empty:
         for scenario in sorted(set(detail["scenario"])):

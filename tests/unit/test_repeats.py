@@ -63,25 +63,41 @@ def test_every_repeat_and_level_gets_prompts_of_its_own():
     assert small is not None and "50 distinct prompts" in small and "72" in small
 
 
-def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_repeats_a_prompt(fast_server, tmp_path):
+def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_repeats_a_prompt_at_any_level_repeats(fast_server, tmp_path):
     config = load_config(
         None, arms="baseline,baseline-constrained", urls={"baseline": fast_server, "baseline-constrained": fast_server},
-        scenarios="order_extraction", levels="1,3", requests_per_level=4, warmup_requests=1, repeats=2,
+        scenarios="order_extraction", levels="1,3", requests_per_level=4, warmup_requests=1, repeats=2, level_repeats={1: 3},
         output_dir=str(tmp_path), run_name="r",
     )  # fmt: skip
     before = httpx.get(f"{fast_server}/v1/models", timeout=10).json()["resets"]
     results = run_sweep(config, tmp_path / "r")
     assert results.complete
     server = httpx.get(f"{fast_server}/v1/models", timeout=10).json()
-    assert server["resets"] - before == 2 * 2 * 2  # arms x levels x repeats
+    assert server["resets"] - before == 2 * (3 + 2)  # arms x (1 user's 3 repeats + 3 users' 2)
     # emptied just before each arm's level: an arm never finds the prompts another arm on its server just sent
     # (1 user: 4 + 1 warm-up; 3 users: 11 + 1, 4 whole waves), and the smoke tests' requests came before
-    assert server["between_resets"][-8:] == [5, 5, 12, 12] * 2
+    assert server["between_resets"][-10:] == [5, 5, 12, 12] * 2 + [5, 5]  # the third round: 1 user alone
     assert all(level.health.prefix_cache_reset for level in results.levels)
     records = list(read_records(tmp_path / "r"))
     per_arm = Counter((r.arm, r.seed) for r in records)
     assert max(per_arm.values()) == 1  # no arm sends a prompt twice in the run
     prompts = {arm: {rid for a, rid in per_arm if a == arm} for arm in config.arms}
     assert prompts["baseline"] == prompts["baseline-constrained"]  # and every arm the same prompts
-    assert Counter(level.metrics.requests for level in results.levels) == {4: 4, 11: 4}  # 3 users: 4 waves, 1 of their 12 requests warm-up
+    assert Counter((level.level, level.repeat) for level in results.levels) == {(1, 0): 2, (1, 1): 2, (1, 2): 2, (3, 0): 2, (3, 1): 2}
+    assert Counter(level.metrics.requests for level in results.levels) == {4: 6, 11: 4}  # 3 users: 4 waves, 1 of their 12 requests warm-up
     assert not any(level.health.load_problems for level in results.levels)  # the machine's noise aside
+
+
+def test_level_repeats_run_some_levels_more_often_with_prompts_of_their_own():
+    config = load_config(None, levels="1,8,64", requests_per_level=8, warmup_requests=2, repeats=3, level_repeats={1: 5, 8: 4})
+    assert [config.repeats_at(level) for level in config.levels] == [5, 4, 3] and config.most_repeats == 5
+    blocks = prompt_blocks(config)
+    assert sorted(blocks) == sorted([(r, 0) for r in range(5)] + [(r, 1) for r in range(4)] + [(r, 2) for r in range(3)])
+    spans = sorted((offset, offset + size) for offset, size in blocks.values())
+    assert all(end <= start for (_s, end), (start, _e) in zip(spans, spans[1:], strict=False))  # disjoint
+    assert load_config(None, levels="1,8", repeats=3, level_repeats={8: 2}).most_repeats == 3  # fewer where a level is long
+    for bad in ({16: 4}, {1: 0}):
+        with pytest.raises(ConfigError, match="level_repeats"):
+            load_config(None, levels="1,8", level_repeats=bad)
+    with pytest.raises(ConfigError, match="level_repeats"):
+        load_config(None, rates=[1.0], level_repeats={1: 4})
