@@ -23,7 +23,15 @@ from dspark_bench.loadtests.config import RunConfig, parse_cpu_list, placement_l
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
 from dspark_bench.loadtests.deploy.local import LocalDeployer
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs, shared_servers
-from dspark_bench.loadtests.machine import client_load, cpu_noise, cpu_snapshot, dtype_line, listening_pgid, starvation
+from dspark_bench.loadtests.machine import (
+    client_load,
+    cpu_noise,
+    cpu_snapshot,
+    dtype_line,
+    listening_pgid,
+    starvation,
+    wait_until_idle,
+)
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, LevelHealth, level_health, level_metrics
 from dspark_bench.loadtests.openai_api import chat_body
 from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
@@ -138,6 +146,7 @@ def _measure_level(
     harness = pool.pgids if pool else []
     mine = [pgid for arm, pgid in results.server_pgids.items() if arm == plan.arm]
     idle = sorted({pgid for arm, pgid in results.server_pgids.items() if arm != plan.arm} - set(mine))  # a shared server is mine
+    wait_until_idle(idle)  # the arm before this one may still be finishing its own level
     snapshot = cpu_snapshot(mine, harness, idle)
     try:
         run_level(endpoint, plan, config.level_timeout_s, pool=pool)
