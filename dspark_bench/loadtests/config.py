@@ -145,6 +145,10 @@ class RunConfig:
                                             flag_example="1=5,8=5", metavar="LEVEL=N,..", ui=False,
                                             help="repeats at some levels instead of repeats: more where a level is short and "
                                             "its ratio spreads (few users), so its interval narrows at little cost")
+    budget_minutes: float | None = setting(None, kind=(int, float), example="10", ui=False, metavar="MINUTES",
+                                           help="after every level's own repeats, more rounds while a level's next round fits "
+                                           "in this many minutes from the first level's start (judged by its slowest round "
+                                           "so far): a fast machine narrows its intervals, a slow one stops at its own repeats")
     max_tokens: int = setting(MAX_TOKENS, kind=int, example="512", help="max_tokens of every request")
     temperature: float = setting(TEMPERATURE, kind=(int, float), example="0.0",
                                  help="temperature of every request (0: greedy, as the article)")
@@ -347,6 +351,14 @@ def validate_config(config: RunConfig) -> RunConfig:
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             _fail(name, f"{value!r} is not an integer >= {low}", f"give an integer >= {low}")
+    if config.budget_minutes is not None:
+        if isinstance(config.budget_minutes, bool) or config.budget_minutes <= 0:
+            _fail("budget_minutes", f"{config.budget_minutes!r} is not a positive number of minutes", "write e.g. budget_minutes: 10")
+        if config.rates or config.trace is not None or config.find_capacity:
+            _fail("budget_minutes", "extra rounds are for closed-loop levels", "drop budget_minutes, or use levels")
+        if primed := [arm for arm in config.arms if config.arm(arm).primed]:
+            _fail("budget_minutes", f"arm '{primed[0]}' is primed with every prompt of the run before it starts, "
+                  "and extra rounds are not known then", "drop budget_minutes, or set repeats")  # fmt: skip
     for name, seconds in (
         ("request_timeout_s", config.request_timeout_s),
         ("startup_timeout_s", config.startup_timeout_s),

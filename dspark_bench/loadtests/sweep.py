@@ -180,6 +180,61 @@ def _measure_level(
         _stop_if_failing(plan)
 
 
+def _run_rounds(
+    results: RunResults, arms: list[str], endpoints: dict[str, Endpoint], sink: RunFolderSink, pool: WorkerPool | None,
+    unresettable: set[str],
+) -> None:
+    """Every level's repeats, as rounds: round r runs each level that has an r-th repeat of its own, then, with
+    ``budget_minutes``, each level whose slowest round so far still fits before the budget ends. Repeats are
+    the outer loop: a level's repeats fall at different times of the run, so slow drift of the machine shows
+    in their spread (and in the intervals) instead of hiding between runs. Extra rounds depend on the time
+    left, never on the figures measured, so stopping does not bias them."""
+    config = results.config
+    deadline = time.monotonic() + 60 * config.budget_minutes if config.budget_minutes else None
+    slowest: dict[tuple[str, int], float] = {}  # (scenario, level index) -> its slowest round, all arms
+    repeat = 0
+    while True:
+        ran = False
+        for scenario_name in config.scenarios:
+            scenario = config.scenario(scenario_name)
+            for level_index, level in enumerate(config.rates or config.levels):
+                key = (scenario_name, level_index)
+                if repeat >= config.repeats_at(level):
+                    if deadline is None or time.monotonic() + slowest.get(key, float("inf")) > deadline:
+                        continue
+                    if not ran:
+                        print(f"extra round {repeat + 1}: {(deadline - time.monotonic()) / 60:.1f} of {config.budget_minutes:g} minutes left", flush=True)
+                ran = True
+                started = time.monotonic()
+                block = prompt_block(config, repeat, level_index)
+                samples = level_samples(scenario, block)
+                order = arms if (level_index + repeat) % 2 == 0 else arms[::-1]  # alternate who goes first
+                for arm_name in order:
+                    endpoint = endpoints[arm_name]
+                    # every arm starts the level with an empty prefix cache, emptied just before it: none
+                    # gains from an earlier level's or the priming's prompts, nor from an arm that shares
+                    # its server and sent the same prompts a moment ago
+                    cache_reset = reset_prefix_caches({arm_name: endpoint}, unresettable)
+                    plan = LevelPlan(
+                        arm_name,
+                        level,
+                        config.request_settings(arm_name, endpoint.model, endpoint.headers(), scenario.is_json),
+                        samples,
+                        sink,
+                        config.measured_requests(level),
+                        warmup=config.warmup_requests,
+                        repeat=repeat,
+                        arrivals=_arrivals(config, scenario, level, seed=1000 * level_index + repeat),
+                        users=config.max_concurrency if config.rates else None,
+                        sample_source=(scenario_name, block[0]),
+                    )
+                    _measure_level(results, endpoint, plan, scenario.name, pool, cache_reset[arm_name])
+                slowest[key] = max(slowest.get(key, 0.0), time.monotonic() - started)
+        if not ran:
+            return
+        repeat += 1
+
+
 def _find_capacity(
     results: RunResults, endpoints: dict[str, Endpoint], sink: RunFolderSink, pool: WorkerPool | None, unresettable: set[str]
 ) -> None:
@@ -287,20 +342,27 @@ def smoke_test(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
 PRIMING_USERS = 8
 
 
-def prompt_blocks(config: RunConfig) -> dict[tuple[int, int], tuple[int, int]]:
-    """(repeat, level index) -> (offset in the scenario's eval split, prompts): every level of every repeat
+def prompt_block(config: RunConfig, repeat: int, level_index: int) -> tuple[int, int]:
+    """(offset in the scenario's eval split, prompts) of one level in one repeat: every level of every repeat
     gets prompts of its own (warm-up and measured), the same for every arm, so that no repeat finds an
-    earlier repeat's prompts in a prefix cache and the repeats are independent. A trace replays its own
-    requests in every repeat."""
-    blocks, offset = {}, 0
-    for repeat in range(config.most_repeats):
-        for index, level in enumerate(config.rates or config.levels):
-            if repeat >= config.repeats_at(level):
-                continue
-            size = config.warmup_requests + config.measured_requests(level)
-            blocks[(repeat, index)] = (offset, size)
-            offset += 0 if config.trace is not None else size  # a trace's requests are the trace, in its order
-    return blocks
+    earlier repeat's prompts in a prefix cache and the repeats are independent. Each repeat takes a span of
+    every level's block whether or not the level runs in it (level_repeats, budget_minutes), so any number
+    of repeats lays out alike. A trace replays its own requests in every repeat."""
+    sizes = [config.warmup_requests + config.measured_requests(level) for level in config.rates or config.levels]
+    if config.trace is not None:
+        return 0, sizes[level_index]  # a trace's requests are the trace, in its order
+    return repeat * sum(sizes) + sum(sizes[:level_index]), sizes[level_index]
+
+
+def prompt_blocks(config: RunConfig) -> dict[tuple[int, int], tuple[int, int]]:
+    """(repeat, level index) -> ``prompt_block`` for every level's own repeats (the extra rounds of
+    budget_minutes, which depend on the machine's speed, aside)."""
+    return {
+        (repeat, index): prompt_block(config, repeat, index)
+        for repeat in range(config.most_repeats)
+        for index, level in enumerate(config.rates or config.levels)
+        if repeat < config.repeats_at(level)
+    }
 
 
 def _arrivals(config: RunConfig, scenario: Scenario, rate: float, seed: int) -> Arrivals | None:
@@ -318,7 +380,7 @@ def reused_prompts(config: RunConfig, scenario: Scenario) -> str | None:
     the run sends."""
     if config.trace is not None:
         return None  # every repeat replays the trace's own requests, the prefix caches emptied before each
-    needed = sum(size for _offset, size in prompt_blocks(config).values())
+    needed = max(offset + size for offset, size in prompt_blocks(config).values())
     distinct = scenario.distinct_prompts
     if needed <= distinct:
         return None
@@ -414,41 +476,13 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                 raise RunAborted(str(exc)) from None
         # Repeats are the outer loop: a level's repeats fall at different times of the run, so slow drift
         # of the machine shows in their spread (and in the intervals) instead of hiding between runs.
-        blocks = prompt_blocks(config)
         for scenario_name in config.scenarios:
             if reuse := reused_prompts(config, config.scenario(scenario_name)):
                 print(f"note: {reuse}", flush=True)
         if config.find_capacity:
             _find_capacity(results, endpoints, sink, pool, unresettable)
-        for repeat in range(0 if config.find_capacity else config.most_repeats):
-            for scenario_name in config.scenarios:
-                scenario = config.scenario(scenario_name)
-                for level_index, level in enumerate(config.rates or config.levels):
-                    if repeat >= config.repeats_at(level):
-                        continue  # a level with fewer repeats (level_repeats) has run all of its own
-                    block = blocks[(repeat, level_index)]
-                    samples = level_samples(scenario, block)
-                    order = arms if (level_index + repeat) % 2 == 0 else arms[::-1]  # alternate who goes first
-                    for arm_name in order:
-                        endpoint = endpoints[arm_name]
-                        # every arm starts the level with an empty prefix cache, emptied just before it: none
-                        # gains from an earlier level's or the priming's prompts, nor from an arm that shares
-                        # its server and sent the same prompts a moment ago
-                        cache_reset = reset_prefix_caches({arm_name: endpoint}, unresettable)
-                        plan = LevelPlan(
-                            arm_name,
-                            level,
-                            config.request_settings(arm_name, endpoint.model, endpoint.headers(), scenario.is_json),
-                            samples,
-                            sink,
-                            config.measured_requests(level),
-                            warmup=config.warmup_requests,
-                            repeat=repeat,
-                            arrivals=_arrivals(config, scenario, level, seed=1000 * level_index + repeat),
-                            users=config.max_concurrency if config.rates else None,
-                            sample_source=(scenario_name, block[0]),
-                        )
-                        _measure_level(results, endpoint, plan, scenario.name, pool, cache_reset[arm_name])
+        else:
+            _run_rounds(results, arms, endpoints, sink, pool, unresettable)
         results.complete = True
     except (RunAborted, DeployError) as exc:
         results.error = str(exc).splitlines()[0]

@@ -4,6 +4,7 @@ with its prefix cache emptied."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import httpx
@@ -101,3 +102,27 @@ def test_level_repeats_run_some_levels_more_often_with_prompts_of_their_own():
             load_config(None, levels="1,8", level_repeats=bad)
     with pytest.raises(ConfigError, match="level_repeats"):
         load_config(None, rates=[1.0], level_repeats={1: 4})
+
+
+def test_a_time_budget_adds_rounds_while_they_fit_and_each_gets_prompts_of_its_own(fast_server, tmp_path):
+    def sweep(name: str, minutes: float):
+        config = load_config(
+            None, arms="baseline,baseline-constrained", urls={"baseline": fast_server, "baseline-constrained": fast_server},
+            scenarios="order_extraction", levels="1,2", requests_per_level=2, warmup_requests=1, repeats=1,
+            budget_minutes=minutes, output_dir=str(tmp_path), run_name=name,
+        )  # fmt: skip
+        started = time.monotonic()
+        results = run_sweep(config, tmp_path / name)
+        assert results.complete
+        return results, time.monotonic() - started
+
+    results, took = sweep("budget", 0.3)  # 18 s; a round of both levels takes ~4 s against the fast server
+    rounds = Counter(level.repeat for level in results.levels)
+    assert len(rounds) >= 3 and set(rounds.values()) <= {2, 4}  # whole levels (both arms), the last rounds maybe 1 user only
+    assert took < 18 + 20  # the budget holds, but for the servers' smoke tests and the last round
+    records = list(read_records(tmp_path / "budget"))
+    assert max(Counter((r.arm, r.seed) for r in records).values()) == 1  # no prompt twice for an arm
+    tiny, _ = sweep("tiny", 0.001)  # no round fits: every level's own repeats and no more
+    assert {level.repeat for level in tiny.levels} == {0}
+    with pytest.raises(ConfigError, match="budget_minutes"):
+        load_config(None, levels="1", arms="baseline,oracle", budget_minutes=5)
