@@ -202,6 +202,7 @@ class CpuSnapshot:
     harness_s: float
     idle_servers_s: float = 0.0
     client_wait_s: float = 0.0  # seconds the harness's threads were runnable but waited for a CPU
+    client_slices: int = 0  # ... and how many times they got one (each wake-up that ran)
     api_server_wait_s: float | None = None  # ... and the server under test's API process (None: not on this machine)
 
 
@@ -234,17 +235,19 @@ def _group_cpu_s(pgids: set[int]) -> float:
     return sum(ticks for _pid, ticks in _group_members(pgids)) / _TICK
 
 
-def _runqueue_wait_s(pids: Iterable[int]) -> float:
-    """Seconds the threads of these processes spent runnable but waiting for a CPU (schedstat's second
-    field): starvation measured, not guessed from its symptoms."""
-    total = 0
+def _runqueue(pids: Iterable[int]) -> tuple[float, int]:
+    """Seconds the threads of these processes spent runnable but waiting for a CPU, and the number of
+    times they were given one (schedstat's second and third fields): starvation measured, not guessed from
+    its symptoms."""
+    total, slices = 0, 0
     for pid in pids:
         for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
             try:
-                total += int(stat.read_text().split()[1])
+                fields = stat.read_text().split()
+                total, slices = total + int(fields[1]), slices + int(fields[2])
             except (OSError, ValueError, IndexError):
                 continue
-    return total / 1e9
+    return total / 1e9, slices
 
 
 def cpu_snapshot(
@@ -257,10 +260,10 @@ def cpu_snapshot(
         times = os.times()
         harness = times.user + times.system + _group_cpu_s(set(worker_pgids))
         servers, idle = _group_cpu_s(set(server_pgids)), _group_cpu_s(set(idle_server_pgids))
-        client_wait = _runqueue_wait_s([os.getpid(), *(pid for pid, _ticks in _group_members(set(worker_pgids)))])
+        client_wait, client_slices = _runqueue([os.getpid(), *(pid for pid, _ticks in _group_members(set(worker_pgids)))])
         # a local server's API process leads its process group; a server elsewhere has none to read
-        api_wait = _runqueue_wait_s(server_pgids) if server_pgids else None
-        return CpuSnapshot(time.monotonic(), busy, steal, servers, harness, idle, client_wait, api_wait)
+        api_wait = _runqueue(server_pgids)[0] if server_pgids else None
+        return CpuSnapshot(time.monotonic(), busy, steal, servers, harness, idle, client_wait, client_slices, api_wait)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -300,12 +303,14 @@ def client_load(before: CpuSnapshot | None, after: CpuSnapshot | None, requests:
 
 def starvation(before: CpuSnapshot | None, after: CpuSnapshot | None) -> dict[str, float | None]:
     """Over the span: the seconds per second that the load generator's threads, and the API server's, were
-    ready to run but waited for a CPU. Pure."""
+    ready to run but waited for a CPU; and how long the load generator waited each time, on average. Pure."""
     if before is None or after is None or after.at <= before.at:
-        return {"client_wait_share": None, "api_server_wait_share": None}
+        return {"client_wait_share": None, "client_wait_per_slice_ms": None, "api_server_wait_share": None}
     span = after.at - before.at
+    client_wait, slices = max(0.0, after.client_wait_s - before.client_wait_s), after.client_slices - before.client_slices
     return {
-        "client_wait_share": max(0.0, after.client_wait_s - before.client_wait_s) / span,
+        "client_wait_share": client_wait / span,
+        "client_wait_per_slice_ms": 1000.0 * client_wait / slices if slices > 0 else None,
         "api_server_wait_share": None
         if after.api_server_wait_s is None or before.api_server_wait_s is None
         else max(0.0, after.api_server_wait_s - before.api_server_wait_s) / span,

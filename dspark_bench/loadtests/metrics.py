@@ -66,10 +66,29 @@ CLIENT_SATURATED = 0.9  # share of one core: the load generator is one gevent th
 # timings are then late (the level is invalid), an API server's TTFT and ITL include the wait (said, not
 # invalid: the server's own processes may be what starved it)
 STARVED_WAIT_SHARE = 0.2
+# ... and the load generator only where its reads came late by more than this share of a request's latency.
+# A closed-loop request waits on it twice (the read of the last chunk, the send of the next), each wake-up as
+# long as its mean wait: a client woken per streamed token on a busy 2-core machine waits often (a fifth
+# of the level and more) but ~1-2 ms a time, which moves no figure by 1%; one that cannot keep up waits
+# tens of milliseconds a time.
+LATE_READ_SHARE = 0.01
 
 
 def _starved(wait_share: float | None) -> bool:
     return wait_share is not None and wait_share > STARVED_WAIT_SHARE
+
+
+def read_lateness(wait_per_slice_ms: float | None, latency_p50_ms: float | None) -> float | None:
+    """How late the load generator's waits made each request, as a share of its median latency. Pure."""
+    if wait_per_slice_ms is None or not latency_p50_ms:
+        return None
+    return 2 * wait_per_slice_ms / latency_p50_ms
+
+
+def client_starved(wait_share: float | None, lateness: float | None) -> bool:
+    """The load generator waited for a CPU a large share of the level, and (where measured) its reads came
+    late by more than LATE_READ_SHARE of a request's latency."""
+    return _starved(wait_share) and (lateness is None or lateness > LATE_READ_SHARE)
 
 
 @dataclass
@@ -218,15 +237,17 @@ class LevelHealth:
     idle_servers_cpu_share: float | None = None  # of which the other arms' idle servers
     steal_share: float | None = None  # CPU time the hypervisor stole
     client_wait_share: float | None = None  # seconds per second the load generator waited for a CPU
+    client_read_lateness: float | None = None  # ... what its waits added to a request, a share of the median latency
     api_server_wait_share: float | None = None  # ... and the API server of the server under test
 
     @property
     def starved(self) -> tuple[str, ...]:
         """Which processes were starved of CPU over the level, and how much, in words; () when none was."""
         found = []
-        for who, share in (("the load generator", self.client_wait_share), ("the API server", self.api_server_wait_share)):
-            if _starved(share):
-                found.append(f"{who} waited for a CPU {share:.0%} of the level")
+        if client_starved(self.client_wait_share, self.client_read_lateness):
+            found.append(f"the load generator waited for a CPU {self.client_wait_share:.0%} of the level")
+        if _starved(self.api_server_wait_share):
+            found.append(f"the API server waited for a CPU {self.api_server_wait_share:.0%} of the level")
         return tuple(found)
 
     @property
@@ -260,8 +281,10 @@ def level_health(
         problems = level_problems(level, metrics.achieved_concurrency, client_share)
     problems += noise_problems(noise)  # a level measured beside other work measures that work too
     client_wait = waits.get("client_wait_share")
-    if _starved(client_wait):
-        problems.append(f"the load generator was starved: it waited for a CPU {client_wait:.0%} of the level")
+    lateness = read_lateness(waits.get("client_wait_per_slice_ms"), metrics.latency_p50_ms)
+    if client_starved(client_wait, lateness):
+        late = "" if lateness is None else f", its reads {lateness:.1%} of a request's latency late"
+        problems.append(f"the load generator was starved: it waited for a CPU {client_wait:.0%} of the level{late}")
     return LevelHealth(
         valid=not problems,
         problems=tuple(problems),
@@ -274,6 +297,7 @@ def level_health(
         idle_servers_cpu_share=noise.get("idle_servers_cpu_share"),
         steal_share=noise.get("steal_share"),
         client_wait_share=client_wait,
+        client_read_lateness=lateness,
         api_server_wait_share=waits.get("api_server_wait_share"),
     )
 

@@ -155,6 +155,7 @@ def test_gate_command_on_the_committed_reference_run(tmp_path, capsys):
 
 REFERENCE = __import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks" / "gate" / "reference" / "results.json"
 AVX2_RUN = REFERENCE.parents[2] / "cpu-default" / "avx2-fp32-a" / "results.json"  # make bench, AMD EPYC with AVX2 only
+DEAD_PATCH_RUN = REFERENCE.parents[1] / "dead-patch-avx512" / "results.json"  # dead-patch.yaml: speculation off, for real
 
 
 def test_the_cpu_class_picks_its_own_speed_limits_and_p95_is_compared_on_the_same_class_only():
@@ -196,6 +197,18 @@ def test_a_patch_whose_speculation_is_off_fails_the_acceptance_check_on_a_real_r
             del row["server"][key]
     check = next(c for c in evaluate(_typed(dead), thresholds) if c.check == "mean acceptance length")
     assert not check.passed and check.measured == 1.0
+
+
+def test_the_committed_gate_fails_a_real_run_of_a_dead_patch():
+    """benchmarks/gate/dead-patch.yaml run for real (the dspark arm with --dspark-drafter off, AVX-512 BF16
+    EPYC): it fails on acceptance and on speed at both levels."""
+    import json
+
+    thresholds = load_thresholds("benchmarks/gate/thresholds.yaml")
+    dead = json.loads(DEAD_PATCH_RUN.read_text())
+    failed = {(c.check, c.level) for c in evaluate(_typed(dead), thresholds, _typed(json.loads(REFERENCE.read_text()))) if not c.passed}
+    speed = "speed-up vs baseline-constrained"
+    assert {("mean acceptance length", 1), (speed, 1), (speed, 8)} <= failed, failed
 
 
 @pytest.mark.parametrize("run", [REFERENCE, AVX2_RUN], ids=["amx-reference", "avx2-make-bench"])

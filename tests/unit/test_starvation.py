@@ -43,3 +43,20 @@ def test_a_stall_beside_a_remote_server_does_not_claim_its_waits_were_measured()
     local = _unstarved_reason(LevelHealth(client_wait_share=0.01, api_server_wait_share=0.02))
     assert "not measured" in remote and "no process" not in remote
     assert local.startswith("no process of the level was starved")
+
+
+def test_a_load_generator_woken_often_but_briefly_is_not_starved():
+    """Waits that add up to a large share of the level but are short each time (a client woken per streamed
+    token on a busy 2-core machine) leave every request on time; long waits do not."""
+    from dataclasses import fields
+
+    from dspark_bench.loadtests.metrics import LevelMetrics, level_health
+
+    unset = {f.name: None for f in fields(LevelMetrics)}
+    metrics = LevelMetrics(**{**unset, "requests": 8, "completed": 8, "latency_p50_ms": 500.0, "achieved_concurrency": 1.0})
+    brief = level_health(1, metrics, {}, {}, None, False, True, {"client_wait_share": 0.3, "client_wait_per_slice_ms": 1.5})
+    assert brief.valid and not brief.starved  # 3 ms late on a 500 ms request: 0.6%
+    long = level_health(1, metrics, {}, {}, None, False, True, {"client_wait_share": 0.3, "client_wait_per_slice_ms": 20.0})
+    assert not long.valid and long.starved and "8.0% of a request's latency late" in long.problems[0]
+    unknown = level_health(1, metrics, {}, {}, None, False, True, {"client_wait_share": 0.3})  # no slice count: the share decides
+    assert not unknown.valid
