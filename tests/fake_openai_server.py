@@ -53,6 +53,7 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         served += 1
         if args.behavior == "die-after" and served > args.after:
+            time.sleep(0.5)  # the answers already being written finish first, however busy the machine
             os._exit(1)
         if args.behavior == "refuse":  # as vLLM answers a max_tokens beyond the context
             message = "max_tokens is too large: 100000000. This model's maximum context length is 1024 tokens."
