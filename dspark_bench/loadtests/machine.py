@@ -268,14 +268,13 @@ def cpu_snapshot(
         return None
 
 
-def wait_until_idle(pgids: Collection[int], timeout_s: float = 5.0, window_s: float = 0.5, busy_share: float = 0.05) -> float:
+def wait_until_idle(pgids: Collection[int], timeout_s: float = 5.0, window_s: float = 0.5, busy_share: float = 0.05) -> None:
     """Wait (at most ``timeout_s``) until these process groups use under ``busy_share`` of one core over a
     ``window_s`` window: an arm's server keeps working for a moment after its level (threads spinning before
-    they sleep, the last answers' bookkeeping), which would count as noise in the next arm's level.
-    Returns the seconds waited."""
-    started = time.monotonic()
+    they sleep, the last answers' bookkeeping), which would count as noise in the next arm's level."""
     if not pgids:
-        return 0.0
+        return
+    started = time.monotonic()
     try:
         used = _group_cpu_s(set(pgids))
         while time.monotonic() - started < timeout_s:
@@ -286,7 +285,6 @@ def wait_until_idle(pgids: Collection[int], timeout_s: float = 5.0, window_s: fl
             used = now
     except (OSError, ValueError, IndexError):
         pass
-    return time.monotonic() - started
 
 
 def client_load(before: CpuSnapshot | None, after: CpuSnapshot | None, requests: int, senders: int = 1) -> dict[str, float | None]:

@@ -474,8 +474,6 @@ def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
                 pool = WorkerPool(config.workers, run_dir / "logs")
             except WorkerError as exc:
                 raise RunAborted(str(exc)) from None
-        # Repeats are the outer loop: a level's repeats fall at different times of the run, so slow drift
-        # of the machine shows in their spread (and in the intervals) instead of hiding between runs.
         for scenario_name in config.scenarios:
             if reuse := reused_prompts(config, config.scenario(scenario_name)):
                 print(f"note: {reuse}", flush=True)

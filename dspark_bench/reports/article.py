@@ -97,10 +97,6 @@ def interval_note(records: pd.DataFrame) -> str:
             "drift; run with --repeats 3 or more for intervals that do.")  # fmt: skip
 
 
-def repeat_count(records: pd.DataFrame) -> int:
-    return int(records["repeat"].nunique()) if "repeat" in records and not records.empty else 1
-
-
 def repeat_range(records: pd.DataFrame) -> tuple[int, int]:
     """The fewest and the most repeats of any level (they differ where level_repeats asks)."""
     if "repeat" not in records or records.empty:
@@ -198,7 +194,7 @@ def article_table(
     walls_b = per_repeat(b, treat, top, lambda _g, wall: wall)
     total_a, total_b = median(walls_a), median(walls_b)
     if total_a and total_b:
-        metric = f"total time of the concurrency-{top} level, {len(a) // repeat_count(a)} requests (s)"
+        metric = f"total time of the concurrency-{top} level, {len(a) // repeat_range(a)[1]} requests (s)"
         if (paired := paired_ratio(walls_a, walls_b)) is not None and paired.interval is not None:
             add(metric, total_a, total_b, paired.interval, "%", ratio=paired.ratio)
         else:
