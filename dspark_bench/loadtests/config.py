@@ -133,7 +133,7 @@ class RunConfig:
                            "run here); for when one process cannot keep up (a level flagged for low concurrency or rate)")
     requests_per_level: int = setting(200, kind=int, example="200", flag="--requests", ui=False,
                                       help="measured requests per level, at least (article: 200); a closed loop runs "
-                                      f"whole waves of its users, {MIN_WAVES} at least, the warm-up included")
+                                      f"whole waves of its users with the warm-up, {MIN_WAVES} at least without it")
     level_requests: dict[int, int] = setting(factory=dict, kind=dict, example="{1: 24, 8: 62}", parse=_level_counts,
                                              flag_example="1=24,8=62", metavar="LEVEL=N,..", ui=False,
                                              help="measured requests at some levels, at least (beside requests_per_level): more "
@@ -219,15 +219,14 @@ class RunConfig:
 
     def measured_requests(self, level: float) -> int:
         """Measured requests of one level: ``requests_per_level``, or more where ``level_requests`` asks; a
-        closed loop of N users runs at least MIN_WAVES waves of N, its warm-up requests included (no level is a single burst, whose concurrency
-        holds by construction), in whole waves (none ends in a part-wave that leaves users idle). The warm-up
-        is part of the first wave: a wave of its own would cost a fifth more at 64 users and measure nothing."""
+        closed loop of N users measures at least MIN_WAVES waves of N (no level is a single burst, whose
+        concurrency holds by construction) and sends whole waves, its warm-up requests included in the first
+        (a part-wave at the end would leave users idle while it drains, and count against the concurrency)."""
         if self.rates:
             return self.requests_per_level
         users = int(level)
-        wanted = max(self.requests_per_level, self.level_requests.get(users, 0))
-        sent = max(wanted + self.warmup_requests, MIN_WAVES * users)
-        return -(-sent // users) * users - self.warmup_requests
+        wanted = max(self.requests_per_level, self.level_requests.get(users, 0), MIN_WAVES * users)
+        return -(-(wanted + self.warmup_requests) // users) * users - self.warmup_requests
 
 
 def settings() -> dict[str, Setting]:

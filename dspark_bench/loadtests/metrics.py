@@ -19,7 +19,7 @@ Definitions (vLLM ``bench serve`` where they overlap):
 - achieved concurrency: time-weighted mean number of requests in flight (send to last byte, warm-up
   requests included) over the level's wall time, the span its throughput is measured over (so the
   last wave's drain counts against both). A closed loop of N users that keeps its concurrency holds
-  ~N. Every closed-loop level runs at least MIN_WAVES rounds of its users, warm-up included (``RunConfig.measured_requests``):
+  ~N. Every closed-loop level measures at least MIN_WAVES rounds of its users, in whole waves with its warm-up (``RunConfig.measured_requests``):
   a single burst holds its concurrency over its own span by construction and measures nothing steady.
 - connect P95: send -> connection ready (the client's share of TTFT; ~0 when connections are reused);
   new-connection rate: the measured requests that had to connect.

@@ -22,10 +22,11 @@ EXAMPLES = "examples/requests.jsonl"
 
 def test_a_closed_loop_level_runs_at_least_four_whole_waves_and_an_open_loop_its_count():
     config = load_config(None, levels="1,8,64", requests_per_level=24, warmup_requests=2)
-    # at least 4 whole waves, the 2 warm-up included: 24 at 1 user; 24 + 2 = 26 -> 30 + 2 = 4 waves of 8; 254 + 2 = 4 of 64
-    assert [config.measured_requests(level) for level in config.levels] == [24, 30, 254]
+    # at least 4 waves measured, whole waves sent with the 2 warm-up: 24 at 1 user; 32 + 2 -> 40 - 2 at 8; 256 + 2 -> 320 - 2
+    assert [config.measured_requests(level) for level in config.levels] == [24, 38, 318]
+    assert load_config(None, levels="8,64", warmup_requests=0).measured_requests(64) == 256  # no warm-up: exactly 4 waves
     assert MIN_WAVES == 4
-    assert load_config(None, levels="8", requests_per_level=64, warmup_requests=2).measured_requests(8) == 70  # 64 + 2 -> 9 waves
+    assert load_config(None, levels="8", requests_per_level=64, warmup_requests=2).measured_requests(8) == 70  # 64 + 2 -> 9 whole waves
     open_loop = load_config(None, rates=[1.0, 8.0], requests_per_level=24)
     assert [open_loop.measured_requests(rate) for rate in open_loop.rates] == [24, 24]
 
@@ -33,7 +34,7 @@ def test_a_closed_loop_level_runs_at_least_four_whole_waves_and_an_open_loop_its
 def test_level_requests_raise_some_levels_and_never_lower_one():
     config = load_config(None, levels="1,8,64", requests_per_level=8, warmup_requests=2, level_requests={1: 24, 8: 62})
     assert config.level_requests == {1: 24, 8: 62}
-    assert [config.measured_requests(level) for level in config.levels] == [24, 62, 254]  # 62 + 2 = 8 waves of 8
+    assert [config.measured_requests(level) for level in config.levels] == [24, 62, 318]  # 62 + 2 = 8 whole waves of 8
     assert load_config(None, levels="1", requests_per_level=200, level_requests={1: 24}).measured_requests(1) == 200
     for bad in ({16: 4}, {1: 0}):
         with pytest.raises(ConfigError, match="level_requests"):
@@ -57,11 +58,11 @@ def test_every_repeat_and_level_gets_prompts_of_its_own():
     blocks = prompt_blocks(config)
     assert sorted(blocks) == [(r, i) for r in range(3) for i in range(2)]
     seeds = [(offset, offset + size) for offset, size in blocks.values()]
-    assert [size for _offset, size in blocks.values()] == [8, 16] * 3  # 2 warm-up + 14 measured: 4 whole waves of 4
+    assert [size for _offset, size in blocks.values()] == [8, 20] * 3  # 2 warm-up + 18 measured: 5 whole waves of 4
     assert all(end <= start for (_s, end), (start, _e) in zip(sorted(seeds), sorted(seeds)[1:], strict=False))  # disjoint
     assert reused_prompts(config, load_scenario("order_extraction")) is None
-    small = reused_prompts(config, load_scenario(EXAMPLES))  # 50 lines, 72 prompts asked
-    assert small is not None and "50 distinct prompts" in small and "72" in small
+    small = reused_prompts(config, load_scenario(EXAMPLES))  # 50 lines, 84 prompts asked
+    assert small is not None and "50 distinct prompts" in small and "84" in small
 
 
 def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_repeats_a_prompt_at_any_level_repeats(fast_server, tmp_path):
@@ -76,8 +77,8 @@ def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_rep
     server = httpx.get(f"{fast_server}/v1/models", timeout=10).json()
     assert server["resets"] - before == 2 * (3 + 2)  # arms x (1 user's 3 repeats + 3 users' 2)
     # emptied just before each arm's level: an arm never finds the prompts another arm on its server just sent
-    # (1 user: 4 + 1 warm-up; 3 users: 11 + 1, 4 whole waves), and the smoke tests' requests came before
-    assert server["between_resets"][-10:] == [5, 5, 12, 12] * 2 + [5, 5]  # the third round: 1 user alone
+    # (1 user: 4 + 1 warm-up; 3 users: 14 + 1, 5 whole waves), and the smoke tests' requests came before
+    assert server["between_resets"][-10:] == [5, 5, 15, 15] * 2 + [5, 5]  # the third round: 1 user alone
     assert all(level.health.prefix_cache_reset for level in results.levels)
     records = list(read_records(tmp_path / "r"))
     per_arm = Counter((r.arm, r.seed) for r in records)
@@ -85,7 +86,7 @@ def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_rep
     prompts = {arm: {rid for a, rid in per_arm if a == arm} for arm in config.arms}
     assert prompts["baseline"] == prompts["baseline-constrained"]  # and every arm the same prompts
     assert Counter((level.level, level.repeat) for level in results.levels) == {(1, 0): 2, (1, 1): 2, (1, 2): 2, (3, 0): 2, (3, 1): 2}
-    assert Counter(level.metrics.requests for level in results.levels) == {4: 6, 11: 4}  # 3 users: 4 waves, 1 of their 12 requests warm-up
+    assert Counter(level.metrics.requests for level in results.levels) == {4: 6, 14: 4}  # 3 users: 4 waves measured at least, 5 sent with the warm-up
     assert not any(level.health.load_problems for level in results.levels)  # the machine's noise aside
 
 
