@@ -4,7 +4,7 @@ import pytest
 
 from dspark_bench.loadtests.machine import MachineFacts
 from dspark_bench.loadtests.results import RunResults
-from dspark_bench.reports.gate import GateError, Thresholds, evaluate, format_checks, load_thresholds
+from dspark_bench.reports.gate import GateError, Thresholds, evaluate, format_checks, load_thresholds, only_measurement_failed
 from tests.made_results import made_run
 
 _typed = RunResults.from_dict
@@ -104,10 +104,16 @@ def test_every_verdict_but_valid_counts_toward_the_invalid_limit():
 def test_incomplete_runs_and_levels_not_measured_cleanly_fail():
     thresholds = Thresholds(against="base")
     assert not evaluate(_results(_level("base", 1, 100), complete=False), thresholds)[0].passed
-    for bad in ({"level_problems": "achieved concurrency 6.0 of 8 (75% < 90%)"}, {"stalled_stream_rate": 0.3}, {"incomplete": True}):
+    for bad in (
+        {"level_problems": "achieved concurrency 6.0 of 8 (75% < 90%)"},
+        {"stalled_stream_rate": 0.3},
+        {"incomplete": True},
+    ):
         checks = evaluate(_results(_level("base", 8, 100, **bad)), thresholds)
         assert [c.check for c in checks if not c.passed] == ["level measured cleanly"], bad
-    assert all(c.passed for c in evaluate(_results(_level("base", 8, 100, level_problems="", stalled_stream_rate=0.0)), thresholds))
+    assert all(
+        c.passed for c in evaluate(_results(_level("base", 8, 100, level_problems="", stalled_stream_rate=0.0)), thresholds)
+    )
 
 
 def test_a_stall_only_one_server_shows_is_that_servers_own():
@@ -156,6 +162,9 @@ def test_gate_command_on_the_committed_reference_run(tmp_path, capsys):
 REFERENCE = __import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks" / "gate" / "reference" / "results.json"
 AVX2_RUN = REFERENCE.parents[2] / "cpu-default" / "avx2-fp32-a" / "results.json"  # make bench, AMD EPYC with AVX2 only
 DEAD_PATCH_RUN = REFERENCE.parents[1] / "dead-patch-avx512" / "results.json"  # dead-patch.yaml: speculation off, for real
+AVX512_STARVED_RUN = (
+    REFERENCE.parents[2] / "cpu-default" / "avx512-bf16-s9-a" / "results.json"
+)  # make bench; 3 stock levels starved
 
 
 def test_the_cpu_class_picks_its_own_speed_limits_and_p95_is_compared_on_the_same_class_only():
@@ -166,7 +175,10 @@ def test_the_cpu_class_picks_its_own_speed_limits_and_p95_is_compared_on_the_sam
 
     reference = json.loads(REFERENCE.read_text())
     assert cpu_class(MachineFacts.from_dict(reference["machine"])) == "amx"
-    assert cpu_class(MachineFacts(cpu_flags=("avx512f", "avx2"))) == "avx512" and cpu_class(MachineFacts(cpu_flags=("avx2",))) == "avx2"
+    assert (
+        cpu_class(MachineFacts(cpu_flags=("avx512f", "avx2"))) == "avx512"
+        and cpu_class(MachineFacts(cpu_flags=("avx2",))) == "avx2"
+    )
     thresholds = Thresholds(
         noise_margin=0.0,
         min_speedup={"dspark": {1: 1.8}},
@@ -206,7 +218,9 @@ def test_the_committed_gate_fails_a_real_run_of_a_dead_patch():
 
     thresholds = load_thresholds("benchmarks/gate/thresholds.yaml")
     dead = json.loads(DEAD_PATCH_RUN.read_text())
-    failed = {(c.check, c.level) for c in evaluate(_typed(dead), thresholds, _typed(json.loads(REFERENCE.read_text()))) if not c.passed}
+    failed = {
+        (c.check, c.level) for c in evaluate(_typed(dead), thresholds, _typed(json.loads(REFERENCE.read_text()))) if not c.passed
+    }
     speed = "speed-up vs baseline-constrained"
     assert {("mean acceptance length", 1), (speed, 1), (speed, 8)} <= failed, failed
 
@@ -252,3 +266,18 @@ def test_with_the_waits_measured_a_stall_fails_only_where_the_load_generator_was
     starved = _results(_level("base", 1, 100, stalled_stream_rate=0.7, client_wait_share=0.5,
                               level_problems="the load generator was starved: it waited for a CPU 50% of the level"))  # fmt: skip
     assert [c.check for c in evaluate(starved, thresholds) if not c.passed] == ["level measured cleanly"]
+
+
+def test_only_a_run_whose_sole_failures_are_levels_not_measured_cleanly_is_swept_again():
+    """`gate` sweeps once more (--retries) only where the machine, not the patch, failed the run: on the committed
+    AVX-512 make-bench run, whose three starved stock levels are its only failures, yes; on the real dead-patch run,
+    whose speed and acceptance fail, never; on a run that passes, never."""
+    import json
+
+    thresholds = load_thresholds("benchmarks/gate/thresholds.yaml")
+    reference = _typed(json.loads(REFERENCE.read_text()))
+    starved = evaluate(_typed(json.loads(AVX512_STARVED_RUN.read_text())), thresholds, reference)
+    assert {c.check for c in starved if not c.passed} == {"level measured cleanly"}
+    assert only_measurement_failed(starved)
+    assert not only_measurement_failed(evaluate(_typed(json.loads(DEAD_PATCH_RUN.read_text())), thresholds, reference))
+    assert not only_measurement_failed(evaluate(_typed(json.loads(REFERENCE.read_text())), thresholds, reference))
