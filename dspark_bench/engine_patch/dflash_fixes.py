@@ -166,12 +166,15 @@ def defer_context_at_zero_drafts() -> None:
             and scheduler_output.num_spec_tokens_to_schedule == 0
             and aux is not None
         ):
+            wanted = getattr(scheduler_output, CONTEXT_IDS, None)  # None: every request's context is wanted
+            if wanted is not None and not wanted:  # every running request dormant: nothing to keep, no work
+                return torch.empty(self.input_batch.num_reqs, 0, dtype=torch.int64, device=aux[0].device)
             count = scheduler_output.total_num_scheduled_tokens
             cad = arguments["common_attn_metadata"]
             positions = self._get_positions(count).clone()
             slots = context_slots(cad.block_table_tensor, cad.query_start_loc, positions, self.drafter.block_size)
             states = torch.cat([h[:count] for h in aux], dim=-1)
-            if (wanted := getattr(scheduler_output, CONTEXT_IDS, None)) is not None:  # dormant requests' context: never needed
+            if wanted is not None:  # dormant requests' context: never needed
                 keep = request_tokens(cad.query_start_loc, self.input_batch.req_ids, wanted)
                 states, positions, slots = states[keep], positions[keep], slots[keep]
             if len(slots):
