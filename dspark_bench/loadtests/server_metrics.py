@@ -20,6 +20,9 @@ TRACKED = (
     "dspark_constrained_tokens",  # ... out of the tokens generated under a grammar
     "dspark_grammar_draft_tokens",  # drafts of the grammar's forced text, verified
     "dspark_grammar_drafts_accepted",  # ... and accepted: output tokens that came from them
+    "dspark_engine_steps",  # engine steps that ran the model
+    "dspark_drafter_steps",  # ... after which the drafter ran: what speculation costs where nothing lands
+    "dspark_probe_steps",  # ... of those, runs only to see whether a request's drafts land (none asked)
 )
 
 

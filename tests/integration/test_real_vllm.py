@@ -71,17 +71,17 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     ]
     assert "--no-enable-prefix-caching" not in results["arms"]["baseline"]["argv"]
     lines = (run / "requests.jsonl").read_text().splitlines()
-    # at least 4 whole waves, the warm-up included: 1 user 3 + 1, 2 users 7 + 1
-    assert len(lines) == 2 * (3 + 1) + 2 * (7 + 1)
+    # at least 4 waves measured, whole waves sent with the warm-up: 1 user 4 + 1, 2 users 9 + 1 (5 waves of 2)
+    assert len(lines) == 2 * (4 + 1) + 2 * (9 + 1)
     records = [json.loads(line) for line in lines]
     assert {r["mode"] for r in records if r["arm"] == "baseline"} == {"prompt"}
     assert {r["mode"] for r in records if r["arm"] == "baseline-constrained"} == {"json_object"}
     assert all(r["output_tokens"] and r["t_first_token"] for r in records)
     for level in results["levels"]:
-        assert level["metrics"]["requests"] == {1: 3, 2: 7}[level["level"]] and level["metrics"]["raw_tok_s"] > 0
+        assert level["metrics"]["requests"] == {1: 4, 2: 9}[level["level"]] and level["metrics"]["raw_tok_s"] > 0
         assert level["health"]["prefix_cache_reset"] is True  # local arms run in dev mode: emptied before each level
         assert "vllm:generation_tokens" in level["server"]  # /metrics scraped around the level
-    assert len(list((run / "responses" / "baseline").glob("*.json"))) == 4 + 8  # every answer of its two levels, warm-up included
+    assert len(list((run / "responses" / "baseline").glob("*.json"))) == 5 + 10  # every answer of its two levels, warm-up included
     assert (run / "report.html").exists() and "eff tok/s" in out.stdout and "x baseline-constrained" in out.stdout
     assert len((run / "levels.csv").read_text().splitlines()) == 1 + 4
     assert_no_server_left(run)
