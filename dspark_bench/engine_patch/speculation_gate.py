@@ -15,10 +15,11 @@ A request is *dormant* once it has been judged (a verified step or a shadow), it
 and no shadow is pending. On steps where the drafter does not run, the worker stops storing a dormant
 request's context for the drafter (``CONTEXT_IDS``, read by ``dflash_fixes``), which on a CPU costs
 about a tenth of a decoding step per token. Drafts made for it later (when another request drafts)
-still become shadows, so it can draft again. A new request is judged early: while one is in the
-batch, the drafter runs at least every ``YOUNG_PROBE`` steps, so its first drafts become a shadow
-within a few tokens. So a workload whose drafts never land pays, per request, one drafter pass and
-the context of the few tokens its shadow takes to miss.
+still become shadows, so it can draft again. A new request on a server whose drafts pay drafts from its
+first step; on one whose drafts do not, it is judged by the next probe: while a request not yet judged is
+in the batch, the drafter runs every ``YOUNG_PROBE`` steps, and its first drafts become a shadow. So a
+workload whose drafts never land pays one drafter pass per ``YOUNG_PROBE`` steps while new requests
+come, and the context of the few tokens a shadow takes to miss.
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ READS = (
     "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
     "vllm.v1.request:Request.num_tokens",
 )
-YOUNG_PROBE = 4  # steps between drafter runs while a request not yet judged is in the batch
+# Steps between drafter runs while a request not yet judged is in the batch and no request drafts: where
+# drafts pay, a new request drafts from its first step anyway (its prior is the server's recent
+# acceptance), so this only paces the probes of a server whose drafts do not pay: one pass judges the new
+# requests of those steps. At 4, a workload whose drafts miss ran the drafter after one step in six at 8
+# users (benchmarks/dspark/RESULTS.md, tax-c), most of an 18% tax.
+YOUNG_PROBE = 32
 
 
 @dataclass
