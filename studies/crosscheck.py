@@ -140,22 +140,32 @@ def server_itl(base_url: str) -> tuple[float, float]:
     return total, count
 
 
+def _client_cpu_s() -> float:
+    """CPU seconds of this process (our client) and of its finished children (the peer's subprocess)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def timed(base_url: str, tool: Callable[[], float]) -> dict[str, float]:
     """Run one tool's trial: its output tok/s, the server's mean ITL over the trial (ms) and the client's CPU
     seconds (this process for ours, the children for the peer's subprocess)."""
-    itl_before = server_itl(base_url)
-    cpu_before = time.process_time() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
-    cpu_before += resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+    itl_before, cpu_before = server_itl(base_url), _client_cpu_s()
     tok_s = tool()
-    cpu_after = time.process_time() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
-    cpu_after += resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
-    itl_after = server_itl(base_url)
+    cpu_after, itl_after = _client_cpu_s(), server_itl(base_url)
     steps = itl_after[1] - itl_before[1]
     return {
         "tok_s": tok_s,
         "server_itl_ms": 1000 * (itl_after[0] - itl_before[0]) / steps if steps else float("nan"),
         "client_cpu_s": cpu_after - cpu_before,
     }
+
+
+def stock_server(server_cpus: str | None) -> ServerSpec:
+    """The stock vLLM server both tools drive, on ``server_cpus`` if given. No prefix caching: otherwise whichever
+    tool goes second finds every prompt cached (a lower TTFT)."""
+    server_args = [*common_server_args(load_config()), "--no-enable-prefix-caching"]
+    launcher = ["taskset", "-c", server_cpus, *vllm_launcher()] if server_cpus else vllm_launcher()
+    return ServerSpec("baseline", str(DEFAULT_MODEL), "tiny-json", launcher, server_args, env=cpu_server_env())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,10 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "".join(json.dumps({"prompt": s.messages[0]["content"]}, ensure_ascii=False) + "\n" for s in samples), encoding="utf-8"
     )
     deployer = LocalDeployer(out / "logs")
-    # No prefix caching: otherwise whichever tool goes second finds every prompt cached (a lower TTFT).
-    server_args = [*common_server_args(load_config()), "--no-enable-prefix-caching"]
-    launcher = ["taskset", "-c", args.server_cpus, *vllm_launcher()] if args.server_cpus else vllm_launcher()
-    spec = ServerSpec("baseline", str(DEFAULT_MODEL), "tiny-json", launcher, server_args, env=cpu_server_env())
+    spec = stock_server(args.server_cpus)
     rows = []
     try:
         endpoint = deployer.start(spec)

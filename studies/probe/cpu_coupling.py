@@ -16,17 +16,14 @@ from pathlib import Path
 
 import locust  # noqa: F401  - gevent patches sockets first
 
-from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
-from dspark_bench.loadtests.deploy.base import ServerSpec
-from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
-from dspark_bench.loadtests.deploy.servers import common_server_args, vllm_launcher
+from dspark_bench.loadtests.deploy.local import LocalDeployer
 from dspark_bench.loadtests.metrics import level_metrics
 from dspark_bench.loadtests.openai_api import RequestSettings
 from dspark_bench.loadtests.plan import LevelPlan
 from dspark_bench.loadtests.records import RunFolderSink
 from dspark_bench.loadtests.sweep import run_level
 from dspark_bench.scenarios import Mode, Split, load_scenario
-from studies.crosscheck import server_itl
+from studies.crosscheck import server_itl, stock_server
 
 
 def main() -> None:
@@ -35,14 +32,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 32))
     dep = LocalDeployer(out / "logs")
-    spec = ServerSpec(
-        "baseline",
-        str(DEFAULT_MODEL),
-        "tiny-json",
-        ["taskset", "-c", "0", *vllm_launcher()],
-        [*common_server_args(load_config()), "--no-enable-prefix-caching"],
-        env=cpu_server_env(),
-    )
+    spec = stock_server("0")
     try:
         ep = dep.start(spec)
         for trial in range(8):
