@@ -122,6 +122,12 @@ def test_a_block_drafter_is_served_with_vllms_dflash_at_its_trained_block(tmp_pa
     assert spec["method"] == "dflash" and spec["model"] == str(draft.resolve()) and spec["num_speculative_tokens"] == 12
     assert max(k for _, _, k in spec["num_speculative_tokens_per_batch_size"]) == 5
     assert chosen.speculative_config(20, budget=1024)["num_speculative_tokens_per_batch_size"][0][2] == 12
+    # its context at p is the target's state at p: a cached block is whole, so a prefix hit keeps its last block
+    assert spec["disable_eagle_block_drop"] is True
+    pytest.importorskip("vllm")
+    from vllm.config import SpeculativeConfig
+
+    assert "disable_eagle_block_drop" in SpeculativeConfig.__dataclass_fields__  # the supported vLLM takes the key
     # the shipped model names the shipped block drafter
     assert select_drafter(str(DEFAULT_MODEL), gpu=False).method == "dflash"
     # a block drafter that does not state its block still is one, drafting the length asked for

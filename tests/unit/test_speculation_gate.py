@@ -74,6 +74,14 @@ def test_a_request_whose_drafts_miss_stops_drafting_and_the_drafter_stops(make_r
     assert gate.plan_step(["odd"], 0) == (0, []) and not gate.drafting  # vLLM's own length wins when it says 0
 
 
+def test_where_vllm_drafts_nothing_at_the_batch_size_no_context_is_kept(tmp_path):
+    gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"))
+    running = [f"new-{i}" for i in range(64)]
+    assert gate.plan_step(running, 0) == (0, []) and not gate.drafting  # no draft can follow: keep no context
+    assert gate.plan_step(running[:8], 12) == (12, running[:8])  # the batch shrank: new requests draft again
+    assert read_counters(tmp_path)["engine_steps"] == 2
+
+
 def test_a_new_request_is_judged_by_a_shadow_when_the_server_drafts_nothing(make_request, tmp_path):
     gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"))
     requests = {"old": make_request("old", [1, 2, 3]), "new": make_request("new", [4, 5])}
