@@ -16,10 +16,10 @@ Two sources, chosen by where the answer is in its JSON:
   few tokens (values copied out of the input, as in extraction tasks). A copy stops where the prompt's
   own field ends (a delimiter such as ``;`` or ``，``); structure memory then closes the value.
 
-Load-aware length: a verification step costs about ``batch * (k + 1)`` token positions. Above
-``VERIFY_BUDGET`` positions per step the machine is compute-bound and drafts would cost throughput, so
-the draft length shrinks with the batch and reaches 0 for large batches (vLLM's DSpark verifier and
-its dynamic speculative decoding do the same).
+Load-aware length: a verification step costs about ``batch * (k + 1)`` token positions; past
+``VERIFY_BUDGET`` positions per step the draft length shrinks with the batch (vLLM's dynamic speculative
+decoding). The default is a wide bound: within it, how many drafts a request verifies is the speculation
+gate's choice, from step costs measured on the machine (``acceptance.StepCosts``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ COPY_NGRAM = (2, 5)  # shortest and longest suffix matched for prompt copy
 WINDOW = 96  # tokens looked back at to rebuild the skeleton
 MAX_MEMORY = 500_000  # contexts kept; the memory restarts when full (it relearns within a few requests)
 BUDGET_ENV = "DSPARK_VERIFY_BUDGET"  # dspark-serve sets it for the engine process (serve.verify_budget)
-DEFAULT_VERIFY_BUDGET = 64
+DEFAULT_VERIFY_BUDGET = 1024  # a bound: within it the speculation gate's measured step costs cut drafts
 VERIFY_BUDGET = int(os.environ.get(BUDGET_ENV, str(DEFAULT_VERIFY_BUDGET)))
 
 # Token kinds, from each token's text. *_Q: the same punctuation with a quote in it (only those can end a

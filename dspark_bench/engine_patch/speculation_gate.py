@@ -59,6 +59,7 @@ READS = (
 # requests of those steps. At 4, a workload whose drafts miss ran the drafter after one step in six at 8
 # users (benchmarks/dspark/RESULTS.md, tax-c), most of an 18% tax.
 YOUNG_PROBE = 32
+SAY_EVERY = 64  # steps between updates of the batch size to which drafting pays (for /dspark/status)
 
 
 @dataclass
@@ -82,6 +83,7 @@ class SpeculationGate:
     costs: StepCosts = field(default_factory=StepCosts)
     relative_costs: tuple[float, float] = (VERIFY_COST, DRAFT_COST)  # costs.relative() for this step's batch
     _step: tuple[float, int, bool] | None = None  # (started, positions, drafter runs after it)
+    _steps_since_said: int = 0
 
     def budget(self, request_id: str, longest: int) -> int:
         acceptance = self.history.get(request_id) or self.population.prior()
@@ -100,6 +102,16 @@ class SpeculationGate:
                 for name, seconds in zip(("step_fixed_us", "step_per_position_us", "drafter_pass_us"), fitted, strict=True):
                     if seconds == seconds:
                         self.counters.set(name, int(seconds * 1e6))
+                self._steps_since_said += 1
+                if self._steps_since_said >= SAY_EVERY:
+                    self._steps_since_said = 0
+                    self.counters.set("drafts_pay_to_batch", self.drafts_pay_to_batch())
+
+    def drafts_pay_to_batch(self, longest: int = 12, largest: int = 256) -> int:
+        """The largest batch (up to ``largest``) at which a request with the server's recent acceptance
+        verifies a draft, by the costs measured so far; 0 where none does."""
+        rate = self.population.rate
+        return max((b for b in range(1, largest + 1) if draft_budget(rate, longest, *self.costs.relative(b)) > 0), default=0)
 
     def record(self, request_id: str, drafted: int, accepted: int) -> None:
         if request_id not in self.history:

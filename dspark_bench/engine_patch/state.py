@@ -21,7 +21,8 @@ GRAMMAR_DRAFTED = "dspark_grammar_drafted"
 # grammar forced (one allowed token). Steps: engine steps that ran the model, those after which the
 # drafter ran, and of those the probes (no request asked for drafts: speculation_gate). Drafts made from
 # the grammar's forced text (grammar_drafts): verified, and of those landed. Then what a step costs on this
-# machine as the gate measured it (microseconds: fixed, per scheduled position, drafter pass).
+# machine as the gate measured it (microseconds: fixed, per scheduled position, drafter pass), and what
+# those costs choose: the largest batch at which a request with the server's recent acceptance drafts.
 COUNTERS = (
     "grammar_forced_tokens",
     "constrained_tokens",
@@ -33,8 +34,9 @@ COUNTERS = (
     "step_fixed_us",
     "step_per_position_us",
     "drafter_pass_us",
+    "drafts_pay_to_batch",
 )
-MEASURES = ("step_fixed_us", "step_per_position_us", "drafter_pass_us")  # set, not summed: the largest over processes
+MEASURES = ("step_fixed_us", "step_per_position_us", "drafter_pass_us", "drafts_pay_to_batch")  # set, not summed: the largest over processes
 
 
 class EngineCounters:

@@ -156,6 +156,20 @@ def test_step_costs_are_measured_and_decide_where_drafting_pays():
     assert _machine(5.0, 12.0, 30.0).relative(1) != (0.05, 0.5)  # measured, not the fallback constants
 
 
+def test_the_batch_to_which_drafting_pays_follows_the_measured_costs_and_is_said(tmp_path):
+    from dspark_bench.engine_patch.speculation_gate import SAY_EVERY
+
+    cheap, dear = SpeculationGate(costs=_machine(7.0, 0.1, 4.0)), SpeculationGate(costs=_machine(5.0, 12.0, 30.0))
+    assert cheap.drafts_pay_to_batch() > 200 and dear.drafts_pay_to_batch() == 0  # AMX-like: most; AVX2-like: none
+    middling = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"), costs=_machine(7.0, 0.3, 4.0))
+    assert 1 < (paying := middling.drafts_pay_to_batch()) < 256
+    for _ in range(SAY_EVERY):
+        middling.step_started(8)
+        middling.step_finished()
+    assert read_counters(tmp_path)["drafts_pay_to_batch"] == middling.drafts_pay_to_batch() > 1  # on /dspark/status
+    assert paying > 1
+
+
 def test_before_enough_steps_the_costs_are_the_fallback_constants():
     from dspark_bench.engine_patch.acceptance import DRAFT_COST, VERIFY_COST, StepCosts
 
