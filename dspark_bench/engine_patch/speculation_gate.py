@@ -78,6 +78,7 @@ class SpeculationGate:
     history: dict[str, Acceptance] = field(default_factory=dict)
     population: Acceptance = field(default_factory=Acceptance)  # every request's drafts, slower to forget
     shadows: dict[str, Shadow] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)  # this step's requests whose grammar refused a draft
     drafting: bool = True  # whether the worker drafts after the step being executed
     since_drafted: int = 0  # steps since the worker last drafted
     costs: StepCosts = field(default_factory=StepCosts)
@@ -156,6 +157,7 @@ class SpeculationGate:
 
     def cut(self, request_ids: Sequence[str], drafts: list[list[int]], requests: Mapping[str, Any]) -> None:
         """Cut each request's new drafts (in place) to its budget; a request at 0 keeps them as a shadow."""
+        self.refused = {}
         for i, request_id in enumerate(request_ids):
             proposed = drafts[i]
             keep = self.budget(request_id, len(proposed))
@@ -166,6 +168,18 @@ class SpeculationGate:
                 self.shadows[request_id] = Shadow(request.num_tokens, [int(t) for t in proposed])
             drafts[i] = list(proposed[:keep])
 
+    def validated(self, request_id: str, drafted: int, kept: int) -> None:
+        """The request's grammar kept ``kept`` of its ``drafted`` drafts (vLLM's ``validate_tokens`` cuts at
+        the first token it refuses). A refused draft is a miss like a rejected one: without this, a drafter
+        whose drafts the grammar refuses at once is never verified, never judged, and keeps running (on
+        schemas it never saw: half its passes at 1 user, examples-s10)."""
+        if kept >= drafted:
+            return
+        if kept == 0:
+            self.record(request_id, 1, 0)  # nothing left to verify: the miss is known now
+        else:
+            self.refused[request_id] = kept  # a miss after the kept drafts, unless verification finds one first
+
     def after_step(
         self,
         scheduled_drafts: Mapping[str, Sequence[int]],
@@ -175,8 +189,9 @@ class SpeculationGate:
     ) -> None:
         """Record the step's verified drafts (the learned drafter's), resolve shadows whose tokens are written, forget finished requests."""
         for request_id, drafted, accepted in verified_drafts(scheduled_drafts, index_of, sampled):
+            refused = self.refused.pop(request_id, None)
             if not getattr(requests.get(request_id), GRAMMAR_DRAFTED, False):  # grammar_drafts records those
-                self.record(request_id, drafted, accepted)
+                self.record(request_id, drafted + (refused is not None and accepted >= drafted), accepted)
         for request_id, shadow in list(self.shadows.items()):
             request = requests.get(request_id)
             if request is None:
@@ -222,7 +237,12 @@ def install(gate: SpeculationGate) -> None:
 
     def cut_then_validated(self, draft_token_ids):
         gate.cut(draft_token_ids.req_ids, draft_token_ids.draft_token_ids, self.requests)
+        wanted = [len(drafts) for drafts in draft_token_ids.draft_token_ids]
         update_draft_token_ids(self, draft_token_ids)
+        for request_id, drafted in zip(draft_token_ids.req_ids, wanted, strict=True):
+            request = self.requests.get(request_id)
+            if drafted and request is not None and not request.is_finished() and not request.is_prefill_chunk:
+                gate.validated(request_id, drafted, len(request.spec_token_ids))
 
     def fetched_only_when_drafted(self, model_executed):
         if gate.drafting:

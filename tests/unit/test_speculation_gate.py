@@ -82,6 +82,21 @@ def test_where_vllm_drafts_nothing_at_the_batch_size_no_context_is_kept(tmp_path
     assert read_counters(tmp_path)["engine_steps"] == 2
 
 
+def test_drafts_the_grammar_refuses_are_misses(make_request):
+    gate = SpeculationGate()
+    assert gate.budget("unseen", 12) > 0  # a new request on a server whose drafts have landed
+    for _ in range(6):
+        gate.validated("unseen", 12, 0)  # its grammar refuses the first draft each time: nothing gets verified
+    assert gate.budget("unseen", 12) == 0 and gate.dormant("unseen", 12)  # judged all the same: the drafter stops
+    refused, clean = SpeculationGate(), SpeculationGate()
+    for gate, kept in ((refused, 3), (clean, 12)):
+        requests = {"r": make_request("r", [1, 2, 3])}
+        gate.cut(["r"], [list(range(12))], requests)
+        gate.validated("r", 12, kept)
+        _verify(gate, requests, {"r": [5, 6, 7]}, {"r": 3})  # the 3 drafts verified all land
+    assert refused.history["r"].rate < clean.history["r"].rate  # the grammar's refusal of the 4th is the miss
+
+
 def test_a_new_request_is_judged_by_a_shadow_when_the_server_drafts_nothing(make_request, tmp_path):
     gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"))
     requests = {"old": make_request("old", [1, 2, 3]), "new": make_request("new", [4, 5])}
