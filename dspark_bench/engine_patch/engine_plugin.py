@@ -8,7 +8,7 @@ Each module below replaces named internals of the supported vLLM (its ``REPLACES
 
 - ``grammar_counter``: counts grammar-forced tokens (structured-output manager);
 - ``speculation_gate``: drafts only where they pay, per request (scheduler, engine core);
-- ``grammar_drafts``: drafts of the text each request's grammar forces, for any schema (engine core);
+- ``grammar_drafts``: drafts of the text each request's grammar forces, for any schema (engine core; opt-in);
 - ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
 - ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
 """
@@ -23,7 +23,10 @@ from dspark_bench.engine_patch import dflash_fixes, grammar_counter, grammar_dra
 from dspark_bench.engine_patch.state import STATE_DIR_ENV, STATUS_ENV, engine_counters
 
 GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
-GRAMMAR_DRAFTS_ENV = "DSPARK_GRAMMAR_DRAFTS"  # "0": no drafts from the grammar's forced text
+# "1": drafts from the grammar's forced text. Off by default: on both CPUs measured they cost more than they
+# saved (example dataset at 1 user: 0.84x (0.77-0.93) of the same patch without them on an AVX-512 BF16 EPYC,
+# 0.98x (0.85-1.12) on an AVX2 EPYC; benchmarks/dspark/RESULTS.md).
+GRAMMAR_DRAFTS_ENV = "DSPARK_GRAMMAR_DRAFTS"
 TOUCHPOINTS: dict[str, tuple[str, ...]] = {
     module.__name__.rsplit(".", 1)[1]: (*module.REPLACES, *getattr(module, "READS", ()))
     for module in (grammar_counter, speculation_gate, grammar_drafts, no_draft_step, dflash_fixes)
@@ -46,7 +49,7 @@ def register() -> None:
         if os.environ.get(GATE_ENV, "1") != "0":
             gate = speculation_gate.SpeculationGate(counters)
             speculation_gate.install(gate)
-        if os.environ.get(GRAMMAR_DRAFTS_ENV, "1") != "0":
+        if os.environ.get(GRAMMAR_DRAFTS_ENV, "0") == "1":
             verify_cost = (lambda: gate.relative_costs[0]) if gate is not None else (lambda: 0.0)
             grammar_drafts.install(grammar_drafts.GrammarDrafter(counters, verify_cost))
     grammar_counter.install(grammar_counter.GrammarForcedCounter(counters))

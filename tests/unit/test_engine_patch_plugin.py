@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dspark_bench.engine_patch import engine_plugin, grammar_counter, no_draft_step, speculation_gate
+from dspark_bench.engine_patch import engine_plugin, grammar_counter, grammar_drafts, no_draft_step, speculation_gate
 from dspark_bench.engine_patch.dflash_fixes import normalize_per_layer
+from dspark_bench.engine_patch.engine_plugin import GRAMMAR_DRAFTS_ENV
 from dspark_bench.engine_patch.grammar_counter import GrammarForcedCounter, single_token_rows
 from dspark_bench.engine_patch.state import STATUS_ENV, EngineCounters, read_counters
 
@@ -93,6 +94,8 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     monkeypatch.setattr(grammar_counter, "install", lambda counter: installed.append("grammar"))
     monkeypatch.setattr(speculation_gate, "install", lambda gate: installed.append("gate"))
     monkeypatch.setattr(no_draft_step, "install", lambda: installed.append("sampler"))
+    monkeypatch.setattr(grammar_drafts, "install", lambda drafter: installed.append("grammar-drafts"))
+    monkeypatch.delenv(GRAMMAR_DRAFTS_ENV, raising=False)
     monkeypatch.delenv(STATUS_ENV, raising=False)
     monkeypatch.setenv("DSPARK_STATE_DIR", str(tmp_path))
     engine_plugin.register()  # a stock server on the same installation
@@ -105,6 +108,9 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True, "drafter": "ngram"}))
     engine_plugin.register()
     assert installed == ["grammar", "sampler", "gate", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
+    monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "1")  # grammar drafts: opt-in
+    engine_plugin.register()
+    assert installed[4:] == ["sampler", "gate", "grammar-drafts", "grammar"]
 
 
 def test_agrees_with_xgrammar_on_a_real_grammar():
