@@ -23,9 +23,7 @@ from dspark_bench.engine_patch import dflash_fixes, grammar_counter, grammar_dra
 from dspark_bench.engine_patch.state import STATE_DIR_ENV, STATUS_ENV, engine_counters
 
 GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
-# "1": drafts from the grammar's forced text. Off by default: on both CPUs measured they cost more than they
-# saved (example dataset at 1 user: 0.84x (0.77-0.93) of the same patch without them on an AVX-512 BF16 EPYC,
-# 0.98x (0.85-1.12) on an AVX2 EPYC; benchmarks/dspark/RESULTS.md).
+# "1": drafts from the grammar's forced text; off by default, measured slower (benchmarks/dspark/RESULTS.md)
 GRAMMAR_DRAFTS_ENV = "DSPARK_GRAMMAR_DRAFTS"
 TOUCHPOINTS: dict[str, tuple[str, ...]] = {
     module.__name__.rsplit(".", 1)[1]: (*module.REPLACES, *getattr(module, "READS", ()))

@@ -227,9 +227,7 @@ def verify_budget(environ: dict[str, str]) -> tuple[int, str]:
     """Token positions one verification step may hold before drafts shrink (vLLM's load-aware length), and
     why: ``DSPARK_VERIFY_BUDGET`` if set, else a bound wide enough (12 drafts a request up to 78 running
     requests) that what decides is the speculation gate's step costs, measured on the machine while it
-    serves. A rule by CPU flag (64 positions without AMX) kept drafts off where they paid: on a 2-core
-    AVX-512 BF16 EPYC, 1024 gave 1.45x and 1.43x of stock vLLM at 32 and 64 users against 1.01x and 0.98x
-    (benchmarks/dspark/budget-measured/)."""
+    serves, not a rule by CPU flag (benchmarks/dspark/budget-measured/)."""
     from dspark_bench.engine_patch.drafter import BUDGET_ENV, DEFAULT_VERIFY_BUDGET
 
     if BUDGET_ENV in environ:
@@ -286,9 +284,7 @@ def build(
     if not options.enabled:
         return vllm_argv, {"enabled": False}
     if budget is None:
-        from dspark_bench.engine_patch.drafter import DEFAULT_VERIFY_BUDGET
-
-        budget = (DEFAULT_VERIFY_BUDGET, "default: the measured step costs decide")
+        budget = verify_budget({})
     drafter = select_drafter(_arg_value(vllm_argv, "--model"), gpu, options.drafter, options.draft_model)
     argv = list(vllm_argv)
     if given := [a for a in argv if _is_speculative_config(a)]:

@@ -129,18 +129,9 @@ class SpeculationGate:
         when some running request's acceptance pays for it or a probe is due, else 0; and the running
         requests whose context the drafter should keep (all but the dormant ones)."""
         self.relative_costs = self.costs.relative(len(running_ids))  # once per step: budget() runs per request
-        if longest <= 0:
-            # vLLM's load-aware length drafts nothing at this batch size: no request can draft after this step,
-            # so none of their context is kept (on the 2-core CPU at 64 users, 5% of the worker's time and the
-            # round trip that waits on it). A request whose context this skips drafts from a stale context if
-            # the batch shrinks later; its drafts then miss, a shadow or a verified step says so, and it goes
-            # dormant: drafts only, the target verifies each one.
-            self.drafting = False
-            self.since_drafted += 1
-            if self.counters is not None and running_ids:
-                self.counters.add("engine_steps")
-            return 0, []
-        live = [r for r in running_ids if not self.dormant(r, longest)]
+        # Where vLLM's load-aware length is 0 no request can draft after this step, so no context is kept. If
+        # the batch shrinks later, such a request drafts from a stale context, misses, and goes dormant.
+        live = [r for r in running_ids if not self.dormant(r, longest)] if longest > 0 else []
         anyone = any(self.budget(request_id, longest) > 0 for request_id in live)
         young = any(r not in self.history and r not in self.shadows for r in live)
         self.since_drafted += 1
@@ -170,9 +161,8 @@ class SpeculationGate:
 
     def validated(self, request_id: str, drafted: int, kept: int) -> None:
         """The request's grammar kept ``kept`` of its ``drafted`` drafts (vLLM's ``validate_tokens`` cuts at
-        the first token it refuses). A refused draft is a miss like a rejected one: without this, a drafter
-        whose drafts the grammar refuses at once is never verified, never judged, and keeps running (on
-        schemas it never saw: half its passes at 1 user, examples-s10)."""
+        the first token it refuses). A refused draft is a miss like a rejected one; else drafts the grammar
+        refuses at once are never verified, so never judged, and the drafter keeps running for them."""
         if kept >= drafted:
             return
         if kept == 0:
@@ -189,9 +179,10 @@ class SpeculationGate:
     ) -> None:
         """Record the step's verified drafts (the learned drafter's), resolve shadows whose tokens are written, forget finished requests."""
         for request_id, drafted, accepted in verified_drafts(scheduled_drafts, index_of, sampled):
-            refused = self.refused.pop(request_id, None)
+            if self.refused.pop(request_id, None) is not None and accepted >= drafted:
+                drafted += 1  # every kept draft landed: the miss is the next one, which the grammar refused
             if not getattr(requests.get(request_id), GRAMMAR_DRAFTED, False):  # grammar_drafts records those
-                self.record(request_id, drafted + (refused is not None and accepted >= drafted), accepted)
+                self.record(request_id, drafted, accepted)
         for request_id, shadow in list(self.shadows.items()):
             request = requests.get(request_id)
             if request is None:
