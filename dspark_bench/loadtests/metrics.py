@@ -192,8 +192,16 @@ def _per_second(times: Sequence[float]) -> float | None:
 
 
 def achieved_rate(records: Sequence[RequestRecord]) -> float | None:
-    """Measured requests sent per second, first send to last (an open loop's achieved arrival rate)."""
-    return _per_second([r.t_send for r in records if not r.warmup])
+    """Measured requests sent per second, first send to last (an open loop's achieved arrival rate). In an
+    open loop the span starts when the first was due, not when it went out: a late first send (a client
+    still spawning its users) would otherwise shorten the span and read as a rate above the schedule's."""
+    measured = [r for r in records if not r.warmup]
+    sends = [r.t_send for r in measured]
+    due = [r.t_scheduled for r in measured if r.t_scheduled is not None]
+    if due and len(sends) > 1:
+        start, end = min(due), max(sends)
+        return (len(sends) - 1) / (end - start) if end > start else None
+    return _per_second(sends)
 
 
 def scheduled_rate(records: Sequence[RequestRecord]) -> float | None:

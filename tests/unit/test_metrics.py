@@ -156,3 +156,15 @@ def test_an_open_loop_is_held_to_its_own_schedule_not_the_nominal_rate():
     assert level_problems(2.0, on_time.achieved_rate, 0.1, 2.0) != []  # held to the nominal rate: a false alarm
     assert level_problems(2.0, on_time.achieved_rate, 0.1, on_time.scheduled_rate) == []
     assert "achieved rate" in level_problems(2.0, late.achieved_rate, 0.1, late.scheduled_rate)[0]
+
+
+def test_a_late_first_send_does_not_read_as_a_rate_above_the_schedule():
+    """The span of an open loop starts when its first request was due: a client that sent the first one
+    late (still spawning users) and the rest on time kept its schedule, and did not beat it."""
+    due = [i / 40 for i in range(120)]
+    records = [rec(t + (0.6 if i == 0 else 0.0), 0.05, 0.2, 10) for i, t in enumerate(due)]
+    for r, t in zip(records, due, strict=True):
+        r.t_scheduled = t
+    metrics = level_metrics(records)
+    assert metrics.scheduled_rate == pytest.approx(40.0)
+    assert metrics.achieved_rate == pytest.approx(40.0)
