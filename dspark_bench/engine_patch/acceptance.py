@@ -81,6 +81,20 @@ def draft_budget(rate: float, longest: int, verify_cost: float = VERIFY_COST, dr
     return best
 
 
+def pass_pays(rates: Sequence[float], batch: int, longest: int, verify_cost: float, draft_cost: float) -> bool:
+    """Whether one drafter pass after this step raises the batch's tokens per unit of step cost. Units: one
+    request's part of a plain step, so the plain step is ``batch`` and yields ``batch`` tokens; the pass costs
+    ``draft_cost * batch`` (``draft_cost``: its share of a plain step), whichever requests it drafts for. Each
+    request in ``rates`` (those that may draft) verifies the drafts that pay once the pass is spent, gaining
+    ``rate + rate^2 + ...`` tokens for ``verify_cost`` each. A pass for one request of eight is weighed
+    against the eight's step, not against that request's share of it."""
+    gain = 0.0
+    for rate in rates:
+        n = draft_budget(rate, longest, verify_cost, 0.0)
+        gain += sum(rate**k for k in range(1, n + 1)) - verify_cost * n
+    return gain > draft_cost * max(batch, 1)
+
+
 def verified_drafts(
     scheduled: Mapping[str, Sequence[int]], index_of: Mapping[str, int], sampled: Sequence[Sequence[int]]
 ) -> Iterator[tuple[str, int, int]]:

@@ -1,8 +1,10 @@
 """Speculation only where it pays, inside vLLM's scheduler and engine core (policy: ``acceptance``).
 
 Per step, in the engine-core process (vLLM 0.32's synchronous path, the CPU's):
-- ``Scheduler.schedule``: when no running request's acceptance pays for drafting, the step's
-  ``num_spec_tokens_to_schedule`` (what the worker drafts after it) becomes 0, except at probe steps.
+- ``Scheduler.schedule``: when the drafter's pass would not pay for the whole batch's step (the
+  tokens the requests that may draft would gain, against the pass's measured cost:
+  ``acceptance.pass_pays``), the step's ``num_spec_tokens_to_schedule`` (what the worker drafts after
+  it) becomes 0, except at probe steps.
   The worker then skips the drafter (a one-pass drafter only stores the step's context:
   ``dflash_fixes``);
 - ``EngineCore.post_step``: after a step the worker did not draft for, no round trip to fetch drafts;
@@ -38,6 +40,7 @@ from dspark_bench.engine_patch.acceptance import (
     StepCosts,
     draft_budget,
     landed,
+    pass_pays,
     verified_drafts,
 )
 from dspark_bench.engine_patch.state import CONTEXT_IDS, GRAMMAR_DRAFTED, EngineCounters
@@ -86,9 +89,12 @@ class SpeculationGate:
     _step: tuple[float, int, bool] | None = None  # (started, positions, drafter runs after it)
     _steps_since_said: int = 0
 
+    def rate(self, request_id: str) -> float:
+        """The request's recent acceptance; a new request's is the server's."""
+        return (self.history.get(request_id) or self.population.prior()).rate
+
     def budget(self, request_id: str, longest: int) -> int:
-        acceptance = self.history.get(request_id) or self.population.prior()
-        return draft_budget(acceptance.rate, longest, *self.relative_costs)
+        return draft_budget(self.rate(request_id), longest, *self.relative_costs)
 
     def step_started(self, positions: int) -> None:
         self._step = (time.perf_counter(), positions, self.drafting)
@@ -126,13 +132,13 @@ class SpeculationGate:
 
     def plan_step(self, running_ids: Sequence[str], longest: int) -> tuple[int, list[str]]:
         """Drafts per request the worker makes after this step: ``longest`` (vLLM's choice for this batch)
-        when some running request's acceptance pays for it or a probe is due, else 0; and the running
+        when the pass pays for the batch's step or a probe is due, else 0; and the running
         requests whose context the drafter should keep (all but the dormant ones)."""
         self.relative_costs = self.costs.relative(len(running_ids))  # once per step: budget() runs per request
         # Where vLLM's load-aware length is 0 no request can draft after this step, so no context is kept. If
         # the batch shrinks later, such a request drafts from a stale context, misses, and goes dormant.
         live = [r for r in running_ids if not self.dormant(r, longest)] if longest > 0 else []
-        anyone = any(self.budget(request_id, longest) > 0 for request_id in live)
+        anyone = bool(live) and pass_pays([self.rate(r) for r in live], len(running_ids), longest, *self.relative_costs)
         young = any(r not in self.history and r not in self.shadows for r in live)
         self.since_drafted += 1
         self.drafting = anyone or (young and self.since_drafted >= YOUNG_PROBE)

@@ -1,9 +1,11 @@
 """Which requests draft (acceptance.draft_budget), shadows that earn drafts back, dormant requests, and
 the speculation gate's bookkeeping on vLLM's own Request objects."""
 
+from unittest.mock import patch
+
 import pytest
 
-from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget, landed
+from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget, landed, pass_pays
 from dspark_bench.engine_patch.speculation_gate import YOUNG_PROBE, SpeculationGate
 from dspark_bench.engine_patch.state import EngineCounters, read_counters
 
@@ -80,6 +82,28 @@ def test_where_vllm_drafts_nothing_at_the_batch_size_no_context_is_kept(tmp_path
     assert gate.plan_step(running, 0) == (0, []) and not gate.drafting  # no draft can follow: keep no context
     assert gate.plan_step(running[:8], 12) == (12, running[:8])  # the batch shrank: new requests draft again
     assert read_counters(tmp_path)["engine_steps"] == 2
+
+
+def test_a_drafter_pass_for_one_request_of_eight_is_weighed_against_the_eights_step():
+    # the pass costs half a plain step, a verified position 2% of a request's share of it
+    assert pass_pays([0.7], 1, 12, 0.02, 0.5)  # alone, a request whose drafts land 70% pays for the pass
+    assert not pass_pays([0.7], 8, 12, 0.02, 0.5)  # beside seven that do not draft: the pass slows all eight
+    assert pass_pays([0.7] * 8, 8, 12, 0.02, 0.5)  # all eight draft
+    assert pass_pays([0.7] * 3, 8, 12, 0.02, 0.5) and not pass_pays([0.3] * 8, 8, 12, 0.02, 0.5)
+    assert not pass_pays([], 8, 12, 0.02, 0.0)  # nobody to draft for
+
+
+def test_the_gate_runs_no_pass_for_a_few_requests_of_a_batch_whose_others_are_dormant(make_request):
+    gate = SpeculationGate()
+    running = [f"r{i}" for i in range(8)]
+    requests = {r: make_request(r, [1, 2, 3]) for r in running}
+    for _ in range(6):  # seven requests' drafts miss, one request's land about 70% of the time
+        _verify(gate, requests, {r: list(range(12)) for r in running}, {r: 2 if r == "r0" else 0 for r in running})
+    gate.relative_costs = (0.02, 0.5)
+    assert gate.budget("r0", 12) > 0 and all(gate.dormant(r, 12) for r in running[1:])
+    with patch.object(gate.costs, "relative", return_value=(0.02, 0.5)):
+        assert gate.plan_step(running, 12) == (0, ["r0"])  # the one that lands keeps its context, no pass
+        assert gate.plan_step(running[:1], 12) == (12, ["r0"])  # alone, it drafts
 
 
 def test_drafts_the_grammar_refuses_are_misses(make_request):
