@@ -20,7 +20,8 @@ about a tenth of a decoding step per token. Drafts made for it later (when anoth
 still become shadows, so it can draft again. At a batch size where vLLM's load-aware length is 0, no
 request's context is kept at all. A new request on a server whose drafts pay drafts from its
 first step; on one whose drafts do not, it is judged by the next probe: while a request not yet judged is
-in the batch, the drafter runs every ``YOUNG_PROBE`` steps, and its first drafts become a shadow. So a
+in the batch, and a pass could pay were its drafts to land, the drafter runs every ``YOUNG_PROBE`` steps,
+and its first drafts become a shadow. So a
 workload whose drafts never land pays one drafter pass per ``YOUNG_PROBE`` steps while new requests
 come, and the context of the few tokens a shadow takes to miss.
 """
@@ -62,6 +63,7 @@ READS = (
 # requests of those steps. At 4, a workload whose drafts miss ran the drafter after one step in six at 8
 # users (benchmarks/dspark/RESULTS.md, tax-c), most of an 18% tax.
 YOUNG_PROBE = 32
+HOPEFUL_RATE = Acceptance().rate  # what a probe might find: drafts that land as the drafter's on JSON it knows
 SAY_EVERY = 64  # steps between updates of the batch size to which drafting pays (for /dspark/status)
 
 
@@ -138,10 +140,17 @@ class SpeculationGate:
         # Where vLLM's load-aware length is 0 no request can draft after this step, so no context is kept. If
         # the batch shrinks later, such a request drafts from a stale context, misses, and goes dormant.
         live = [r for r in running_ids if not self.dormant(r, longest)] if longest > 0 else []
-        anyone = bool(live) and pass_pays([self.rate(r) for r in live], len(running_ids), longest, *self.relative_costs)
-        young = any(r not in self.history and r not in self.shadows for r in live)
+        batch = len(running_ids), longest, *self.relative_costs
+        anyone = bool(live) and pass_pays([self.rate(r) for r in live], *batch)
+        young = [r not in self.history and r not in self.shadows for r in live]
+        # A probe judges the young requests; it is worth its pass only if their drafts, landing as JSON drafts
+        # mostly do, could make a pass pay. Where they could not, they are not probed and their context is
+        # not kept (if the batch changes, such a request drafts from a stale context, misses, and goes dormant).
+        hopeful = anyone or (any(young) and pass_pays([HOPEFUL_RATE if y else self.rate(r) for r, y in zip(live, young, strict=True)], *batch))
+        if not hopeful:
+            live = [r for r, y in zip(live, young, strict=True) if not y]
         self.since_drafted += 1
-        self.drafting = anyone or (young and self.since_drafted >= YOUNG_PROBE)
+        self.drafting = anyone or (hopeful and self.since_drafted >= YOUNG_PROBE)
         if self.drafting:
             self.since_drafted = 0
         if self.counters is not None and running_ids:

@@ -101,9 +101,16 @@ def test_the_gate_runs_no_pass_for_a_few_requests_of_a_batch_whose_others_are_do
         _verify(gate, requests, {r: list(range(12)) for r in running}, {r: 2 if r == "r0" else 0 for r in running})
     gate.relative_costs = (0.02, 0.5)
     assert gate.budget("r0", 12) > 0 and all(gate.dormant(r, 12) for r in running[1:])
-    with patch.object(gate.costs, "relative", return_value=(0.02, 0.5)):
+    with patch.object(gate.costs, "relative", return_value=(0.02, 1.0)):  # the pass costs a plain step
         assert gate.plan_step(running, 12) == (0, ["r0"])  # the one that lands keeps its context, no pass
         assert gate.plan_step(running[:1], 12) == (12, ["r0"])  # alone, it drafts
+        # a new request beside seven dormant ones: even if its drafts landed, a pass for it would not pay,
+        # so it is never probed and its context is not kept
+        plans = [gate.plan_step(running[1:] + ["new"], 12) for _ in range(2 * YOUNG_PROBE)]
+        assert plans == [(0, [])] * (2 * YOUNG_PROBE)
+    with patch.object(gate.costs, "relative", return_value=(0.02, 0.5)):  # a cheaper pass: the new one is probed
+        plans = [gate.plan_step(running[1:] + ["new"], 12) for _ in range(2 * YOUNG_PROBE)]
+        assert (12, ["new"]) in plans and plans.count((0, ["new"])) >= YOUNG_PROBE
 
 
 def test_drafts_the_grammar_refuses_are_misses(make_request):
