@@ -27,6 +27,7 @@ it had been verified. When no request drafts, the drafter does not run at all.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -70,7 +71,13 @@ class Acceptance:
 
 def draft_budget(rate: float, longest: int, verify_cost: float = VERIFY_COST, draft_cost: float = DRAFT_COST) -> int:
     """Drafts to verify (0..``longest``) that maximise expected tokens per unit of step cost; 0 when no
-    number of drafts pays for drafting at all."""
+    number of drafts pays for drafting at all. Rates and costs are rounded (to 0.001 and 0.0001) so that the
+    engine core, which asks per request per step, mostly finds the answer cached."""
+    return _draft_budget(round(rate, 3), longest, round(verify_cost, 4), round(draft_cost, 4))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _draft_budget(rate: float, longest: int, verify_cost: float, draft_cost: float) -> int:
     best, best_value, tokens, term = 0, 1.0, 1.0, 1.0
     for n in range(1, max(longest, 0) + 1):
         term *= rate
@@ -88,11 +95,16 @@ def pass_pays(rates: Sequence[float], batch: int, longest: int, verify_cost: flo
     request in ``rates`` (those that may draft) verifies the drafts that pay once the pass is spent, gaining
     ``rate + rate^2 + ...`` tokens for ``verify_cost`` each. A pass for one request of eight is weighed
     against the eight's step, not against that request's share of it."""
-    gain = 0.0
-    for rate in rates:
-        n = draft_budget(rate, longest, verify_cost, 0.0)
-        gain += sum(rate**k for k in range(1, n + 1)) - verify_cost * n
+    verify_cost = round(verify_cost, 4)
+    gain = sum(_sunk_gain(round(rate, 3), longest, verify_cost) for rate in rates)
     return gain > draft_cost * max(batch, 1)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _sunk_gain(rate: float, longest: int, verify_cost: float) -> float:
+    """Expected tokens gained, less the verified positions' cost, by a request's drafts once the pass is spent."""
+    n = _draft_budget(rate, longest, verify_cost, 0.0)
+    return sum(rate**k for k in range(1, n + 1)) - verify_cost * n
 
 
 def verified_drafts(
@@ -119,6 +131,7 @@ def landed(drafts: Sequence[int], written: Sequence[int]) -> int:
 
 
 MIN_DRAFTED_STEPS = 5  # steps with and without the drafter's pass before its cost is taken from the fit
+REFIT_EVERY = 16  # steps between fits: costs drift over seconds, and a solve every step is engine-core time
 
 
 @dataclass
@@ -134,14 +147,17 @@ class StepCosts:
     normal: np.ndarray = field(default_factory=lambda: np.zeros((3, 3)))
     target: np.ndarray = field(default_factory=lambda: np.zeros(3))
     drafted_steps: float = 0.0
-    fitted: tuple[float, float, float] | None = None  # ``fit()`` as of the last recorded step
+    fitted: tuple[float, float, float] | None = None  # ``fit()`` as of the last refit
+    recorded: int = 0
 
     def record(self, positions: int, drafted: bool, seconds: float) -> None:
         x = np.array([1.0, float(positions), 1.0 if drafted else 0.0])
         self.normal = self.decay * self.normal + np.outer(x, x)
         self.target = self.decay * self.target + x * seconds
         self.drafted_steps = self.decay * self.drafted_steps + (1.0 if drafted else 0.0)
-        self.fitted = self.fit()
+        self.recorded += 1
+        if self.fitted is None or self.recorded % REFIT_EVERY == 0:
+            self.fitted = self.fit()
 
     def fit(self) -> tuple[float, float, float] | None:
         """(fixed, per position, drafter pass) in seconds; None until the steps seen tell them apart."""

@@ -64,7 +64,7 @@ READS = (
 # users (benchmarks/dspark/RESULTS.md, tax-c), most of an 18% tax.
 YOUNG_PROBE = 32
 HOPEFUL_RATE = Acceptance().rate  # what a probe might find: drafts that land as the drafter's on JSON it knows
-SAY_EVERY = 64  # steps between updates of the batch size to which drafting pays (for /dspark/status)
+SAY_EVERY = 64  # steps between updates of the measured costs and what they choose (for /dspark/status)
 
 
 @dataclass
@@ -107,14 +107,13 @@ class SpeculationGate:
             started, positions, drafted = self._step
             self.costs.record(positions, drafted, time.perf_counter() - started)
             self._step = None
-            if self.counters is not None and (fitted := self.costs.fitted) is not None:
+            self._steps_since_said += 1
+            if self.counters is not None and (fitted := self.costs.fitted) is not None and self._steps_since_said >= SAY_EVERY:
+                self._steps_since_said = 0
                 for name, seconds in zip(("step_fixed_us", "step_per_position_us", "drafter_pass_us"), fitted, strict=True):
                     if seconds == seconds:
                         self.counters.set(name, int(seconds * 1e6))
-                self._steps_since_said += 1
-                if self._steps_since_said >= SAY_EVERY:
-                    self._steps_since_said = 0
-                    self.counters.set("drafts_pay_to_batch", self.drafts_pay_to_batch())
+                self.counters.set("drafts_pay_to_batch", self.drafts_pay_to_batch())
 
     def drafts_pay_to_batch(self, longest: int = 12, largest: int = 256) -> int:
         """The largest batch (up to ``largest``) at which a request with the server's recent acceptance
