@@ -199,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     requests = [r for r in args.requests.split(",") if r]
     if bad := [r for r in requests if r not in REQUESTS]:
         parser.error(f"unknown request kind(s) {bad}; use {', '.join(REQUESTS)}")
+    if "default" in requests and args.mode != Mode.JSON_OBJECT.value:
+        # the patch's default is json_object: against stock asked for a schema it would differ by design
+        parser.error("--requests default holds the patch's default (json_object) to stock's json_object answers; "
+                     "use it with --mode json_object, or pass --requests explicit")  # fmt: skip
     scenarios = [s for s in args.scenarios.split(",") if s]
     for name in scenarios:
         load_scenario(name)  # fails early on a typo, with the known names
