@@ -25,3 +25,13 @@ def test_report_counts_near_ties():
     page = render_markdown(results)
     assert "| dspark | s | explicit | json_object | 1 | 100 | 98 | 98.0 | 2 | 1 | 5.0 | - | 0 |" in page and 0.02 < NEAR_TIE_NATS < 5.0
     assert "`r2` token 3" in page
+
+
+def test_the_default_request_is_refused_where_stock_is_asked_for_a_schema(capsys):
+    import pytest
+
+    from studies.equality import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--mode", "json_schema"])  # the patch's default is json_object: it would differ by design
+    assert stopped.value.code == 2 and "--requests default" in capsys.readouterr().err
