@@ -140,12 +140,16 @@ class SpeculationGate:
         # the batch shrinks later, such a request drafts from a stale context, misses, and goes dormant.
         live = [r for r in running_ids if not self.dormant(r, longest)] if longest > 0 else []
         batch = len(running_ids), longest, *self.relative_costs
-        anyone = bool(live) and pass_pays([self.rate(r) for r in live], *batch)
+        rates = [self.rate(r) for r in live]
+        anyone = bool(live) and pass_pays(rates, *batch)
         young = [r not in self.history and r not in self.shadows for r in live]
         # A probe judges the young requests; it is worth its pass only if their drafts, landing as JSON drafts
         # mostly do, could make a pass pay. Where they could not, they are not probed and their context is
         # not kept (if the batch changes, such a request drafts from a stale context, misses, and goes dormant).
-        hopeful = anyone or (any(young) and pass_pays([HOPEFUL_RATE if y else self.rate(r) for r, y in zip(live, young, strict=True)], *batch))
+        if anyone or not any(young):
+            hopeful = anyone
+        else:
+            hopeful = pass_pays([HOPEFUL_RATE if y else rate for rate, y in zip(rates, young, strict=True)], *batch)
         if not hopeful:
             live = [r for r, y in zip(live, young, strict=True) if not y]
         self.since_drafted += 1
