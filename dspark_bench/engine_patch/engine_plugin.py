@@ -8,7 +8,8 @@ Each module below replaces named internals of the supported vLLM (its ``REPLACES
 
 - ``grammar_counter``: counts grammar-forced tokens (structured-output manager);
 - ``speculation_gate``: drafts only where they pay, per request (scheduler, engine core);
-- ``grammar_drafts``: drafts of the text each request's grammar forces, for any schema (engine core; opt-in);
+- ``engine_drafts``: drafts made in the engine core without a drafter pass, of the text each request
+  repeats (``repeat_drafts``; on) and of the text its grammar forces (``grammar_drafts``; opt-in);
 - ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
 - ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
 """
@@ -19,15 +20,24 @@ import json
 import os
 from pathlib import Path
 
-from dspark_bench.engine_patch import dflash_fixes, grammar_counter, grammar_drafts, no_draft_step, speculation_gate
+from dspark_bench.engine_patch import (
+    dflash_fixes,
+    engine_drafts,
+    grammar_counter,
+    grammar_drafts,
+    no_draft_step,
+    repeat_drafts,
+    speculation_gate,
+)
 from dspark_bench.engine_patch.state import STATE_DIR_ENV, STATUS_ENV, engine_counters
 
 GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
 # "1": drafts from the grammar's forced text; off by default, measured slower (benchmarks/dspark/RESULTS.md)
 GRAMMAR_DRAFTS_ENV = "DSPARK_GRAMMAR_DRAFTS"
+REPEAT_DRAFTS_ENV = "DSPARK_REPEAT_DRAFTS"  # "0": no drafts of the request's own repeated text
 TOUCHPOINTS: dict[str, tuple[str, ...]] = {
-    module.__name__.rsplit(".", 1)[1]: (*module.REPLACES, *getattr(module, "READS", ()))
-    for module in (grammar_counter, speculation_gate, grammar_drafts, no_draft_step, dflash_fixes)
+    module.__name__.rsplit(".", 1)[1]: (*getattr(module, "REPLACES", ()), *getattr(module, "READS", ()))
+    for module in (grammar_counter, speculation_gate, engine_drafts, grammar_drafts, no_draft_step, dflash_fixes)
 }
 
 
@@ -47,7 +57,11 @@ def register() -> None:
         if os.environ.get(GATE_ENV, "1") != "0":
             gate = speculation_gate.SpeculationGate(counters)
             speculation_gate.install(gate)
-        if os.environ.get(GRAMMAR_DRAFTS_ENV, "0") == "1":
-            verify_cost = (lambda: gate.relative_costs[0]) if gate is not None else (lambda: 0.0)
-            grammar_drafts.install(grammar_drafts.GrammarDrafter(counters, verify_cost))
+        verify_cost = (lambda: gate.relative_costs[0]) if gate is not None else (lambda: 0.0)
+        learned_rate = gate.rate if gate is not None else (lambda request_id: 1.0)
+        engine_drafts.install(
+            repeat_drafts.RepeatDrafter(counters, verify_cost) if os.environ.get(REPEAT_DRAFTS_ENV, "1") != "0" else None,
+            grammar_drafts.GrammarDrafter(counters, verify_cost) if os.environ.get(GRAMMAR_DRAFTS_ENV, "0") == "1" else None,
+            learned_rate,
+        )
     grammar_counter.install(grammar_counter.GrammarForcedCounter(counters))

@@ -9,8 +9,8 @@ its tokenizer less the last token, which the target may write merged with what f
 ``:`` as one ``":``). The grammar walks the draft as it walks any draft
 (``validate_tokens``), so nothing it rejects is verified.
 
-The learned drafter knows how the target tokenizes, the grammar only what text is forced: where the
-drafter drafted at least as far, its drafts are kept; otherwise the grammar's are used. How many of a
+The learned drafter knows how the target tokenizes, the grammar only what text is forced: which drafts a
+step verifies is chosen in ``engine_drafts``, by the drafts each source is expected to land. How many of a
 request's grammar drafts are verified follows their own acceptance and the machine's measured cost of
 a verified position (``acceptance.draft_budget`` with no drafting cost), so a machine where a verified
 position costs as much as a step verifies none.
@@ -26,27 +26,15 @@ Only vLLM's synchronous scheduling (the CPU's) runs ``EngineCore.post_step``; un
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget, verified_drafts
-from dspark_bench.engine_patch.state import GRAMMAR_DRAFTED, EngineCounters
+from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget
+from dspark_bench.engine_patch.state import EngineCounters
 
-REPLACES = (
-    "vllm.v1.engine.core:EngineCore.post_step",
-    "vllm.v1.core.sched.scheduler:Scheduler.update_from_output",
-)
-READS = (
-    "vllm.v1.structured_output.backend_xgrammar:XgrammarGrammar.matcher",
-    "vllm.v1.structured_output:StructuredOutputManager.validate_tokens",
-    "vllm.v1.request:Request.num_tokens_with_spec",  # how the scheduler schedules the drafts set here
-    "vllm.config:SpeculativeConfig.num_speculative_tokens",
-)
-
-logger = logging.getLogger("dspark")
+READS = ("vllm.v1.structured_output.backend_xgrammar:XgrammarGrammar.matcher",)
 
 
 def forced_tokens(forced: str, encode: Callable[[str], list[int]], longest: int) -> list[int]:
@@ -55,14 +43,6 @@ def forced_tokens(forced: str, encode: Callable[[str], list[int]], longest: int)
     if not forced or longest <= 0:
         return []
     return encode(forced)[:-1][:longest]
-
-
-def merged(grammar: Sequence[int], drafter: Sequence[int]) -> tuple[list[int], bool]:
-    """The drafts to verify, and whether they are the grammar's: the learned drafter's where it drafted
-    at least as far (it knows how the target tokenizes the forced text), else the grammar's."""
-    if len(drafter) >= len(grammar):
-        return list(drafter), False
-    return list(grammar), True
 
 
 SPELLINGS = 4096  # forced texts whose spelling by the target is remembered, most recent first
@@ -125,18 +105,17 @@ class GrammarDrafter:
     writing: dict[str, tuple[int, str]] = field(default_factory=dict)  # request -> (token index, forced text)
 
     def budget(self, request_id: str, available: int) -> int:
-        acceptance = self.history.get(request_id) or Acceptance()
-        return draft_budget(acceptance.rate, available, self.verify_cost(), 0.0)
+        return draft_budget(self.rate(request_id), available, self.verify_cost(), 0.0)
 
-    def propose(
-        self, request_id: str, forced: str, encode: Callable[[str], list[int]], drafter: Sequence[int], longest: int
-    ) -> tuple[list[int], bool]:
-        """This request's drafts for the next step (``drafter``: what the learned drafter proposed): the
-        target's own spelling of the forced text where it was seen, else the tokenizer's."""
+    def rate(self, request_id: str) -> float:
+        return (self.history.get(request_id) or Acceptance()).rate
+
+    def propose(self, request_id: str, forced: str, encode: Callable[[str], list[int]], longest: int) -> list[int]:
+        """This request's grammar drafts for the next step, cut to what pays: the target's own spelling of
+        the forced text where it was seen, else the tokenizer's."""
         spelled = self.spellings.get(forced)
         grammar = list(spelled[:longest]) if spelled else forced_tokens(forced, encode, longest)
-        grammar = grammar[: self.budget(request_id, len(grammar))]
-        return merged(grammar, drafter)
+        return grammar[: self.budget(request_id, len(grammar))]
 
     def watch(self, request_id: str, start: int, forced: str) -> None:
         """The request's tokens from ``start`` on must spell ``forced``: learn how, once written."""
@@ -170,71 +149,3 @@ def jump_forward_string(request: Any) -> str:
     if matcher is None or matcher.is_terminated():
         return ""
     return matcher.find_jump_forward_string()
-
-
-def install(drafter: GrammarDrafter) -> None:
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.engine.core import EngineCore
-
-    if getattr(EngineCore.post_step, "_dspark_grammar", False):
-        return
-    post_step, update_from_output = EngineCore.post_step, Scheduler.update_from_output
-    broken = False
-    texts: dict[int, str] = {}  # each token's text, decoded once
-
-    def add_grammar_drafts(scheduler) -> None:
-        manager = scheduler.structured_output_manager
-        tokenizer = getattr(manager, "tokenizer", None)
-        spec = scheduler.vllm_config.speculative_config
-        if tokenizer is None or spec is None:
-            return
-        longest = int(spec.num_speculative_tokens)  # the worker's buffers hold no more
-
-        def encode(text: str) -> list[int]:
-            return tokenizer.encode(text, add_special_tokens=False)
-
-        def text_of(token: int) -> str:
-            if (text := texts.get(token)) is None:
-                text = texts[token] = tokenizer.decode([token])
-            return text
-
-        for request in scheduler.running:
-            setattr(request, GRAMMAR_DRAFTED, False)
-            if not request.use_structured_output or request.is_prefill_chunk or request.is_finished():
-                continue
-            drafter.written(request.request_id, request.all_token_ids, text_of)
-            if drafter.budget(request.request_id, longest) == 0:
-                continue  # not even one draft would pay at this batch: no grammar walk on this hot path
-            forced = jump_forward_string(request)
-            if not forced:
-                continue
-            drafter.watch(request.request_id, request.num_tokens, forced)
-            drafts, from_grammar = drafter.propose(request.request_id, forced, encode, request.spec_token_ids, longest)
-            if from_grammar:
-                request.spec_token_ids = manager.validate_tokens(request, drafts)
-                setattr(request, GRAMMAR_DRAFTED, bool(request.spec_token_ids))
-
-    def with_grammar_drafts(self, model_executed):
-        nonlocal broken
-        post_step(self, model_executed)
-        if model_executed and not broken:
-            try:
-                add_grammar_drafts(self.scheduler)
-            except Exception as exc:  # drafts are an optimisation: never stop the engine for them
-                broken = True
-                logger.warning("DSpark: grammar drafts stopped: %r", exc)
-
-    def recorded(self, scheduler_output, model_runner_output):
-        outputs = update_from_output(self, scheduler_output, model_runner_output)
-        steps = verified_drafts(
-            scheduler_output.scheduled_spec_decode_tokens, model_runner_output.req_id_to_index, model_runner_output.sampled_token_ids or []
-        )
-        for request_id, drafted, accepted in steps:
-            if getattr(self.requests.get(request_id), GRAMMAR_DRAFTED, False):
-                drafter.verified(request_id, drafted, accepted)
-        drafter.forget(self.requests)
-        return outputs
-
-    with_grammar_drafts._dspark_grammar = True  # type: ignore[attr-defined]
-    EngineCore.post_step = with_grammar_drafts
-    Scheduler.update_from_output = recorded

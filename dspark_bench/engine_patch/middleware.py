@@ -47,6 +47,8 @@ EXPORTED_COUNTERS = (
     ("probe_steps", "Drafter runs while no request asked for drafts, to see whether drafts land again"),
     ("grammar_draft_tokens", "Draft tokens verified that were the grammar's forced text (no drafter pass)"),
     ("grammar_drafts_accepted", "Of those, the ones the target accepted: output tokens that came from grammar drafts"),
+    ("repeat_draft_tokens", "Draft tokens verified that repeated the request's own text (no drafter pass)"),
+    ("repeat_drafts_accepted", "Of those, the ones the target accepted: output tokens that came from repeat drafts"),
 )
 
 

@@ -44,7 +44,7 @@ from dspark_bench.engine_patch.acceptance import (
     pass_pays,
     verified_drafts,
 )
-from dspark_bench.engine_patch.state import CONTEXT_IDS, GRAMMAR_DRAFTED, EngineCounters
+from dspark_bench.engine_patch.state import CONTEXT_IDS, ENGINE_DRAFTED, EngineCounters
 
 REPLACES = (
     "vllm.v1.core.sched.scheduler:Scheduler.schedule",
@@ -195,11 +195,11 @@ class SpeculationGate:
         sampled: Sequence[Sequence[int]],
         requests: Mapping[str, Any],
     ) -> None:
-        """Record the step's verified drafts (the learned drafter's), resolve shadows whose tokens are written, forget finished requests."""
+        """Record the step's verified drafts (the learned drafter's, not the engine core's), resolve shadows whose tokens are written, forget finished requests."""
         for request_id, drafted, accepted in verified_drafts(scheduled_drafts, index_of, sampled):
             if self.refused.pop(request_id, None) is not None and accepted >= drafted:
                 drafted += 1  # every kept draft landed: the miss is the next one, which the grammar refused
-            if not getattr(requests.get(request_id), GRAMMAR_DRAFTED, False):  # grammar_drafts records those
+            if not getattr(requests.get(request_id), ENGINE_DRAFTED, None):  # engine_drafts books those
                 self.record(request_id, drafted, accepted)
         for request_id, shadow in list(self.shadows.items()):
             request = requests.get(request_id)

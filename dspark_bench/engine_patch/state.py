@@ -14,13 +14,15 @@ SCHEMA_STATE_FILE = "schemas.json"  # written by the launcher's schema precompil
 COUNTER_GLOB = "engine-*.counters"  # one memory-mapped counters file per engine process
 # SchedulerOutput attribute (engine core -> worker): the requests whose context the drafter keeps (None: all)
 CONTEXT_IDS = "dspark_context_ids"
-# Request attribute (engine core): whether the drafts scheduled for its next step came from its grammar
-GRAMMAR_DRAFTED = "dspark_grammar_drafted"
+# Request attribute (engine core): which engine-core source made the drafts scheduled for its next step
+# ("repeat", "grammar"), None where they are the learned drafter's (engine_drafts)
+ENGINE_DRAFTED = "dspark_engine_drafted"
 
 # The counters file's int64 slots, in order. Tokens: kept under a grammar, and of those the ones the
 # grammar forced (one allowed token). Steps: engine steps that ran the model, those after which the
 # drafter ran, and of those the probes (no request asked for drafts: speculation_gate). Drafts made from
-# the grammar's forced text (grammar_drafts): verified, and of those landed. Then what a step costs on this
+# the grammar's forced text (grammar_drafts), then from the request's own repeated text (repeat_drafts):
+# verified, and of those landed. Then what a step costs on this
 # machine as the gate measured it (microseconds: fixed, per scheduled position, drafter pass), and what
 # those costs choose: the largest batch at which a request with the server's recent acceptance drafts.
 COUNTERS = (
@@ -31,6 +33,8 @@ COUNTERS = (
     "probe_steps",
     "grammar_draft_tokens",
     "grammar_drafts_accepted",
+    "repeat_draft_tokens",
+    "repeat_drafts_accepted",
     "step_fixed_us",
     "step_per_position_us",
     "drafter_pass_us",

@@ -20,6 +20,8 @@ TRACKED = (
     "dspark_constrained_tokens",  # ... out of the tokens generated under a grammar
     "dspark_grammar_draft_tokens",  # drafts of the grammar's forced text, verified
     "dspark_grammar_drafts_accepted",  # ... and accepted: output tokens that came from them
+    "dspark_repeat_draft_tokens",  # drafts repeating the request's own text, verified
+    "dspark_repeat_drafts_accepted",  # ... and accepted
     "dspark_engine_steps",  # engine steps that ran the model
     "dspark_drafter_steps",  # ... after which the drafter ran: what speculation costs where nothing lands
     "dspark_probe_steps",  # ... of those, runs only to see whether a request's drafts land (none asked)
@@ -66,8 +68,10 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
     forced, constrained = out.get("dspark_grammar_forced_tokens"), out.get("dspark_constrained_tokens")
     if constrained:
         out["grammar_forced_share"] = (forced or 0.0) / constrained
-    if (generated := out.get("vllm:generation_tokens")) and "dspark_grammar_drafts_accepted" in out:
-        out["grammar_draft_share"] = out["dspark_grammar_drafts_accepted"] / generated
+    if generated := out.get("vllm:generation_tokens"):
+        for source in ("grammar", "repeat"):  # output tokens that came from the engine core's drafts, by source
+            if (landed := out.get(f"dspark_{source}_drafts_accepted")) is not None:
+                out[f"{source}_draft_share"] = landed / generated
     queries, hits = out.get("vllm:prefix_cache_queries"), out.get("vllm:prefix_cache_hits")
     if queries:
         out["prefix_cache_hit_rate"] = (hits or 0.0) / queries

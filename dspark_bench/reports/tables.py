@@ -31,10 +31,11 @@ SUMMARY_COLUMNS = {
     "achieved_concurrency": "achieved conc",
     "server:prefix_cache_hit_rate": "prefix hit",
     "server:grammar_draft_share": "grammar drafts",
+    "server:repeat_draft_share": "repeat drafts",
     "other_cpu_share": "other CPU",
     "wall_s": "wall s",
 }
-RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit", "grammar drafts")
+RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit", "grammar drafts", "repeat drafts")
 
 
 def summary_frame(results: RunResults) -> pd.DataFrame:

@@ -194,6 +194,17 @@ def test_grammar_drafts_land_on_schemas_the_drafter_never_saw_and_answers_stay_s
     assert metrics["dspark_grammar_drafts_accepted"] == after["grammar_drafts_accepted"]
 
 
+def test_repeat_drafts_land_where_answers_repeat_and_answers_stay_stock(servers):
+    """On schemas the drafter never saw, the embedded model copies values out of the prompt and loops in
+    blank lines where the grammar allows any whitespace: the request's own text drafts both, and the answers
+    stay stock vLLM's."""
+    before, after = _examples_equal_to_stock(servers, "dspark", 8)
+    verified = after["repeat_draft_tokens"] - before["repeat_draft_tokens"]
+    landed = after["repeat_drafts_accepted"] - before["repeat_drafts_accepted"]
+    assert verified >= 20 and landed / verified > 0.5, (verified, landed)
+    assert scrape(servers["dspark"].base_url)["dspark_repeat_drafts_accepted"] == after["repeat_drafts_accepted"]
+
+
 def test_a_schema_the_grammar_compiler_rejects_is_a_clear_400(servers):
     """Stock vLLM answers this schema with HTTP 500 from inside generation; DSpark refuses it up front."""
     dspark = servers["dspark"]

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dspark_bench.engine_patch import engine_plugin, grammar_counter, grammar_drafts, no_draft_step, speculation_gate
+from dspark_bench.engine_patch import engine_drafts, engine_plugin, grammar_counter, no_draft_step, speculation_gate
 from dspark_bench.engine_patch.dflash_fixes import normalize_per_layer
-from dspark_bench.engine_patch.engine_plugin import GRAMMAR_DRAFTS_ENV
+from dspark_bench.engine_patch.engine_plugin import GRAMMAR_DRAFTS_ENV, REPEAT_DRAFTS_ENV
 from dspark_bench.engine_patch.grammar_counter import GrammarForcedCounter, single_token_rows
 from dspark_bench.engine_patch.state import STATUS_ENV, EngineCounters, read_counters
 
@@ -94,8 +94,12 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     monkeypatch.setattr(grammar_counter, "install", lambda counter: installed.append("grammar"))
     monkeypatch.setattr(speculation_gate, "install", lambda gate: installed.append("gate"))
     monkeypatch.setattr(no_draft_step, "install", lambda: installed.append("sampler"))
-    monkeypatch.setattr(grammar_drafts, "install", lambda drafter: installed.append("grammar-drafts"))
+    def engine_drafts_installed(repeat, grammar, learned_rate):
+        installed.append("+".join(name for name, on in (("repeat", repeat), ("grammar-drafts", grammar)) if on) or "no-engine-drafts")
+
+    monkeypatch.setattr(engine_drafts, "install", engine_drafts_installed)
     monkeypatch.delenv(GRAMMAR_DRAFTS_ENV, raising=False)
+    monkeypatch.delenv(REPEAT_DRAFTS_ENV, raising=False)
     monkeypatch.delenv(STATUS_ENV, raising=False)
     monkeypatch.setenv("DSPARK_STATE_DIR", str(tmp_path))
     engine_plugin.register()  # a stock server on the same installation
@@ -107,10 +111,15 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     assert installed == ["grammar"]  # speculation off: nothing to gate
     monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True, "drafter": "ngram"}))
     engine_plugin.register()
-    assert installed == ["grammar", "sampler", "gate", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
+    # repeat drafts: on by default
+    assert installed == ["grammar", "sampler", "gate", "repeat", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
     monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "1")  # grammar drafts: opt-in
     engine_plugin.register()
-    assert installed[4:] == ["sampler", "gate", "grammar-drafts", "grammar"]
+    assert installed[5:] == ["sampler", "gate", "repeat+grammar-drafts", "grammar"]
+    monkeypatch.setenv(REPEAT_DRAFTS_ENV, "0")
+    monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "0")
+    engine_plugin.register()
+    assert installed[9:] == ["sampler", "gate", "no-engine-drafts", "grammar"]
 
 
 def test_agrees_with_xgrammar_on_a_real_grammar():

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dspark_bench.engine_patch.grammar_drafts import GrammarDrafter, Spellings, forced_tokens, jump_forward_string, merged
+from dspark_bench.engine_patch.grammar_drafts import GrammarDrafter, Spellings, forced_tokens, jump_forward_string
 
 # The embedded model, found from this file: the engine patch's tests import nothing from the harness.
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-json"
@@ -71,26 +71,19 @@ def test_no_matcher_or_a_finished_grammar_forces_nothing(matcher):
     )
 
 
-def test_the_learned_drafter_wins_where_it_drafted_as_far():
-    assert merged([1, 2], [7, 8, 9]) == ([7, 8, 9], False)
-    assert merged([1, 2], [7, 8]) == ([7, 8], False)
-    assert merged([1, 2, 3], [1]) == ([1, 2, 3], True)
-    assert merged([], []) == ([], False)
-
-
 def test_grammar_drafts_follow_their_acceptance_and_the_cost_of_a_position():
     cheap = GrammarDrafter(verify_cost=lambda: 0.05)  # an AMX CPU: a verified position costs ~5% of a step
 
     def encode(text):  # one token per character
         return list(range(len(text)))
 
-    assert cheap.propose("r", "abcdef", encode, [], 12) == ([0, 1, 2, 3, 4], True)
+    assert cheap.propose("r", "abcdef", encode, 12) == [0, 1, 2, 3, 4]
     for _ in range(10):  # the target keeps writing something else
         cheap.verified("r", 5, 0)
-    assert len(cheap.propose("r", "abcdef", encode, [], 12)[0]) <= 1  # one draft still pays at 5% a position
-    assert cheap.propose("new", "abcdef", encode, [], 12)[0] == [0, 1, 2, 3, 4]  # another request starts fresh
+    assert len(cheap.propose("r", "abcdef", encode, 12)) <= 1  # one draft still pays at 5% a position
+    assert cheap.propose("new", "abcdef", encode, 12) == [0, 1, 2, 3, 4]  # another request starts fresh
     # where a verified position costs as much as a step (an AVX2-only CPU in bf16), none pays
-    assert GrammarDrafter(verify_cost=lambda: 1.0).propose("r", "abcdef", encode, [], 12) == ([], False)
+    assert GrammarDrafter(verify_cost=lambda: 1.0).propose("r", "abcdef", encode, 12) == []
     cheap.forget({"new": object()})
     assert "r" not in cheap.history
 
@@ -108,8 +101,8 @@ def test_the_targets_own_spelling_of_a_forced_text_is_learnt_and_drafted():
     def tokenizer_split(text):  # the tokenizer's "in" is not how the target writes it
         return [8, 3, 4, 5, 6]
 
-    assert drafter.propose("r", 'invoice_id"', tokenizer_split, [], 12) == ([1, 2, 3, 4, 5], True)
-    assert drafter.propose("r", 'vendor"', tokenizer_split, [], 12) == ([8, 3, 4, 5], True)  # never seen: the tokenizer's
+    assert drafter.propose("r", 'invoice_id"', tokenizer_split, 12) == [1, 2, 3, 4, 5]
+    assert drafter.propose("r", 'vendor"', tokenizer_split, 12) == [8, 3, 4, 5]  # never seen: the tokenizer's
     # watched while written, step by step
     drafter.watch("s", 10, 'vendor"')
     drafter.written("s", [0] * 10 + [9], text_of)

@@ -83,9 +83,10 @@ def test_server_counter_deltas():
     assert out["grammar_forced_share"] == 0.1 and out["prefix_cache_hit_rate"] == 0.25
     assert "grammar_forced_share" not in delta({}, {"vllm:generation_tokens": 5})  # stock vLLM: no such counters
     assert "grammar_draft_share" not in delta({}, {"vllm:generation_tokens": 5})
-    drafted = delta({"vllm:generation_tokens": 100, "dspark_grammar_drafts_accepted": 10},
-                    {"vllm:generation_tokens": 300, "dspark_grammar_drafts_accepted": 60})  # fmt: skip
+    drafted = delta({"vllm:generation_tokens": 100, "dspark_grammar_drafts_accepted": 10, "dspark_repeat_drafts_accepted": 0},
+                    {"vllm:generation_tokens": 300, "dspark_grammar_drafts_accepted": 60, "dspark_repeat_drafts_accepted": 20})  # fmt: skip
     assert drafted["grammar_draft_share"] == 0.25  # 50 of the level's 200 output tokens came from grammar drafts
+    assert drafted["repeat_draft_share"] == 0.1
     assert delta(None, after) == {}
 
 

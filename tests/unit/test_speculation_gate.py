@@ -224,11 +224,12 @@ def test_before_enough_steps_the_costs_are_the_fallback_constants():
     assert costs.fit() is None and costs.relative(4) == (VERIFY_COST, DRAFT_COST)
 
 
-def test_grammar_drafts_are_not_booked_as_the_learned_drafters(make_request):
-    from dspark_bench.engine_patch.state import GRAMMAR_DRAFTED
+def test_engine_core_drafts_are_not_booked_as_the_learned_drafters(make_request):
+    from dspark_bench.engine_patch.state import ENGINE_DRAFTED
 
     gate = SpeculationGate()
     requests = {"g": make_request("g", [1, 2, 3]), "d": make_request("d", [1, 2, 3])}
-    setattr(requests["g"], GRAMMAR_DRAFTED, True)  # its drafts this step came from its grammar
+    setattr(requests["g"], ENGINE_DRAFTED, "grammar")  # its drafts this step came from its grammar
+    setattr(requests["d"], ENGINE_DRAFTED, None)  # the learned drafter's
     _verify(gate, requests, {"g": [5, 6, 7], "d": [5, 6, 7]}, {"g": 0, "d": 0})
     assert "g" not in gate.history and "d" in gate.history

@@ -1,0 +1,113 @@
+"""Drafts from the request's own text, for any workload, at no model cost: what followed the latest
+earlier occurrence of its last few tokens (prompt lookup, as vLLM's ``ngram`` method, over the prompt and
+the answer so far).
+
+Two kinds of text repeat where a learned drafter misses:
+- values copied out of the prompt (an id, a date, a name in an extraction task), on schemas the drafter
+  never saw;
+- an answer that repeats itself: a list of objects with the same keys, or a model that loops, which a
+  JSON grammar allowing any whitespace lets a small model do until ``max_tokens`` (the embedded model
+  writes runs of blank lines on a fifth of the example dataset's schemas). Where the occurrence runs into
+  the suffix itself, the period repeats (``continuation``), so a loop is drafted as far as the budget goes.
+
+Per request the drafts follow their own acceptance (``acceptance.draft_budget`` with no drafting cost:
+there is no pass). Every step's proposal is judged, verified or not: one that is not verified is kept as
+a shadow and compared with the tokens the target writes next, so a request whose answer starts repeating
+late earns its drafts within a few steps. ``engine_drafts`` applies this inside vLLM's engine core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget, landed
+from dspark_bench.engine_patch.state import EngineCounters
+
+REPEAT_MATCH = (2, 4)  # shortest and longest suffix looked up
+REPEAT_WINDOW = 1024  # the latest tokens searched: bounds the engine core's work per request per step
+# A new request's prior: most answers do not repeat, so none is verified until a shadow lands (rate 0.1).
+PRIOR = Acceptance(accepted=0.2, rejected=1.8)
+
+
+def continuation(tokens: Sequence[int] | np.ndarray, longest: int, match: tuple[int, int] = REPEAT_MATCH) -> list[int]:
+    """Up to ``longest`` tokens that followed the latest earlier occurrence of the longest suffix of ``tokens``
+    (``match``: its shortest and longest length) found; where that occurrence runs into the suffix (a period
+    of ``p`` tokens), the period repeats. Empty where no suffix occurs earlier."""
+    seq = np.asarray(tokens[-REPEAT_WINDOW:], dtype=np.int64)
+    size = len(seq)
+    shortest, longest_match = match
+    if longest <= 0 or size <= shortest:
+        return []
+    # Candidate starts of an earlier occurrence, latest first: where the last token occurs, ending before the end.
+    ends = np.flatnonzero(seq[: size - 1] == seq[-1])[::-1]
+    for n in range(min(longest_match, size - 1), shortest - 1, -1):
+        suffix = seq[size - n :]
+        for end in ends:
+            start = end - n + 1
+            if start >= 0 and np.array_equal(seq[start : end + 1], suffix):
+                follows = seq[end + 1 :]  # at least one token: ``end`` < size - 1
+                period = len(follows)
+                return [int(follows[k % period]) for k in range(longest)]
+    return []
+
+
+@dataclass
+class Pending:
+    """A proposal not verified: where it starts in the request's tokens, and its tokens."""
+
+    start: int
+    drafts: list[int]
+
+
+@dataclass
+class RepeatDrafter:
+    """Per request: the acceptance of its repeat drafts and the proposal waiting to be judged; per server,
+    how many repeat drafts were verified and landed."""
+
+    counters: EngineCounters | None = None
+    verify_cost: Callable[[], float] = lambda: 0.0  # one more verified position, as a share of a step
+    history: dict[str, Acceptance] = field(default_factory=dict)
+    pending: dict[str, Pending] = field(default_factory=dict)
+
+    def rate(self, request_id: str) -> float:
+        return (self.history.get(request_id) or PRIOR).rate
+
+    def propose(self, request_id: str, tokens: Sequence[int], longest: int) -> list[int]:
+        """The drafts to verify after ``tokens`` (the request's so far), cut to what pays; the whole proposal
+        is judged against what the target writes unless it is verified (``verified``)."""
+        self.judge(request_id, tokens)
+        drafts = continuation(tokens, longest)
+        if drafts and request_id not in self.pending:
+            self.pending[request_id] = Pending(len(tokens), drafts)
+        return drafts[: draft_budget(self.rate(request_id), len(drafts), self.verify_cost(), 0.0)]
+
+    def judge(self, request_id: str, tokens: Sequence[int]) -> None:
+        """Record the pending proposal as far as the target has written past it (a step writes one token where
+        nothing is verified): a miss counts once, tokens that matched count as landed."""
+        if (shadow := self.pending.get(request_id)) is None:
+            return
+        written = tokens[shadow.start : shadow.start + len(shadow.drafts)]
+        if written:
+            self.history.setdefault(request_id, Acceptance(PRIOR.accepted, PRIOR.rejected)).record(
+                len(written), landed(shadow.drafts, written)
+            )
+            del self.pending[request_id]
+
+    def verified(self, request_id: str, drafted: int, accepted: int) -> None:
+        """The step verified ``drafted`` of this request's repeat drafts; its proposal is judged by that."""
+        if drafted <= 0:
+            return
+        self.pending.pop(request_id, None)
+        self.history.setdefault(request_id, Acceptance(PRIOR.accepted, PRIOR.rejected)).record(drafted, accepted)
+        if self.counters is not None:
+            self.counters.add("repeat_draft_tokens", drafted)
+            self.counters.add("repeat_drafts_accepted", min(accepted, drafted))
+
+    def forget(self, live: Mapping[str, Any]) -> None:
+        for table in (self.history, self.pending):
+            for request_id in [r for r in table if r not in live]:
+                del table[request_id]
