@@ -88,23 +88,15 @@ def _draft_budget(rate: float, longest: int, verify_cost: float, draft_cost: flo
     return best
 
 
-def pass_pays(
-    rates: Sequence[float], batch: int, longest: int, verify_cost: float, draft_cost: float, without_pass: Sequence[float] = ()
-) -> bool:
+def pass_pays(rates: Sequence[float], batch: int, longest: int, verify_cost: float, draft_cost: float) -> bool:
     """Whether one drafter pass after this step raises the batch's tokens per unit of step cost. Units: one
     request's part of a plain step, so the plain step is ``batch`` and yields ``batch`` tokens; the pass costs
     ``draft_cost * batch`` (``draft_cost``: its share of a plain step), whichever requests it drafts for. Each
     request in ``rates`` (those that may draft) verifies the drafts that pay once the pass is spent, gaining
     ``rate + rate^2 + ...`` tokens for ``verify_cost`` each. A pass for one request of eight is weighed
-    against the eight's step, not against that request's share of it. ``without_pass``: per request, the rate of
-    the drafts it verifies when the drafter does not run (made in the engine core: ``engine_drafts``); the
-    pass gains only what its drafts land beyond those."""
+    against the eight's step, not against that request's share of it."""
     verify_cost = round(verify_cost, 4)
-    fallbacks = list(without_pass) or [0.0] * len(rates)
-    gain = sum(
-        max(_sunk_gain(round(rate, 3), longest, verify_cost) - _sunk_gain(round(fallback, 3), longest, verify_cost), 0.0)
-        for rate, fallback in zip(rates, fallbacks, strict=True)
-    )
+    gain = sum(_sunk_gain(round(rate, 3), longest, verify_cost) for rate in rates)
     return gain > draft_cost * max(batch, 1)
 
 

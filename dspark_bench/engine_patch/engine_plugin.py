@@ -59,11 +59,8 @@ def register() -> None:
             speculation_gate.install(gate)
         verify_cost = (lambda: gate.relative_costs[0]) if gate is not None else (lambda: 0.0)
         learned_rate = gate.rate if gate is not None else (lambda request_id: 1.0)
-        repeat = repeat_drafts.RepeatDrafter(counters, verify_cost) if os.environ.get(REPEAT_DRAFTS_ENV, "1") != "0" else None
-        if gate is not None and repeat is not None:
-            gate.without_pass_rate = repeat.rate_while_drafting  # a pass pays only for what it lands beyond them
         engine_drafts.install(
-            repeat,
+            repeat_drafts.RepeatDrafter(counters, verify_cost) if os.environ.get(REPEAT_DRAFTS_ENV, "1") != "0" else None,
             grammar_drafts.GrammarDrafter(counters, verify_cost) if os.environ.get(GRAMMAR_DRAFTS_ENV, "0") == "1" else None,
             learned_rate,
         )

@@ -72,15 +72,9 @@ class RepeatDrafter:
     verify_cost: Callable[[], float] = lambda: 0.0  # one more verified position, as a share of a step
     history: dict[str, Acceptance] = field(default_factory=dict)
     pending: dict[str, Pending] = field(default_factory=dict)
-    drafting: set[str] = field(default_factory=set)  # requests whose latest proposal had drafts that pay
 
     def rate(self, request_id: str) -> float:
         return (self.history.get(request_id) or PRIOR).rate
-
-    def rate_while_drafting(self, request_id: str) -> float:
-        """The request's rate while it is repeating (its latest proposal had drafts that pay), else 0: what it
-        lands without the learned drafter's pass (``speculation_gate``)."""
-        return self.rate(request_id) if request_id in self.drafting else 0.0
 
     def propose(self, request_id: str, tokens: Sequence[int], longest: int) -> list[int]:
         """The drafts to verify after ``tokens`` (the request's so far), cut to what pays; the whole proposal
@@ -89,12 +83,7 @@ class RepeatDrafter:
         drafts = continuation(tokens, longest)
         if drafts and request_id not in self.pending:
             self.pending[request_id] = Pending(len(tokens), drafts)
-        paying = drafts[: draft_budget(self.rate(request_id), len(drafts), self.verify_cost(), 0.0)]
-        if paying:
-            self.drafting.add(request_id)
-        else:
-            self.drafting.discard(request_id)
-        return paying
+        return drafts[: draft_budget(self.rate(request_id), len(drafts), self.verify_cost(), 0.0)]
 
     def judge(self, request_id: str, tokens: Sequence[int]) -> None:
         """Record the pending proposal as far as the target has written past it (a step writes one token where
@@ -122,4 +111,3 @@ class RepeatDrafter:
         for table in (self.history, self.pending):
             for request_id in [r for r in table if r not in live]:
                 del table[request_id]
-        self.drafting &= live.keys()

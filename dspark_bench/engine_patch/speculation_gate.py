@@ -2,8 +2,8 @@
 
 Per step, in the engine-core process (vLLM 0.32's synchronous path, the CPU's):
 - ``Scheduler.schedule``: when the drafter's pass would not pay for the whole batch's step (the
-  tokens the requests that may draft would gain beyond the drafts they get without it, against the
-  pass's measured cost: ``acceptance.pass_pays``), the step's ``num_spec_tokens_to_schedule`` (what the worker drafts after
+  tokens the requests that may draft would gain, against the pass's measured cost:
+  ``acceptance.pass_pays``), the step's ``num_spec_tokens_to_schedule`` (what the worker drafts after
   it) becomes 0, except at probe steps.
   The worker then skips the drafter (a one-pass drafter only stores the step's context:
   ``dflash_fixes``);
@@ -29,7 +29,7 @@ come, and the context of the few tokens a shadow takes to miss.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,8 +88,6 @@ class SpeculationGate:
     since_drafted: int = 0  # steps since the worker last drafted
     costs: StepCosts = field(default_factory=StepCosts)
     relative_costs: tuple[float, float] = (VERIFY_COST, DRAFT_COST)  # costs.relative() for this step's batch
-    # A request's acceptance of the drafts it gets without a pass (engine_drafts: its repeat drafts)
-    without_pass_rate: Callable[[str], float] = lambda request_id: 0.0
     _step: tuple[float, int, bool] | None = None  # (started, positions, drafter runs after it)
     _steps_since_said: int = 0
 
@@ -143,8 +141,7 @@ class SpeculationGate:
         live = [r for r in running_ids if not self.dormant(r, longest)] if longest > 0 else []
         batch = len(running_ids), longest, *self.relative_costs
         rates = [self.rate(r) for r in live]
-        fallbacks = [self.without_pass_rate(r) for r in live]
-        anyone = bool(live) and pass_pays(rates, *batch, fallbacks)
+        anyone = bool(live) and pass_pays(rates, *batch)
         young = [r not in self.history and r not in self.shadows for r in live]
         # A probe judges the young requests; it is worth its pass only if their drafts, landing as JSON drafts
         # mostly do, could make a pass pay. Where they could not, they are not probed and their context is
@@ -152,7 +149,7 @@ class SpeculationGate:
         if anyone or not any(young):
             hopeful = anyone
         else:
-            hopeful = pass_pays([HOPEFUL_RATE if y else rate for rate, y in zip(rates, young, strict=True)], *batch, fallbacks)
+            hopeful = pass_pays([HOPEFUL_RATE if y else rate for rate, y in zip(rates, young, strict=True)], *batch)
         if not hopeful:
             live = [r for r, y in zip(live, young, strict=True) if not y]
         self.since_drafted += 1

@@ -41,14 +41,14 @@ def test_repeat_drafts_are_earned_by_what_they_would_have_landed(tmp_path):
     for token in [3, 1, 2, 3, 1, 2]:  # the target writes what was proposed, a token a step: the shadows land
         text.append(token)
         drafted = drafter.propose("r", text, 12)
-    assert len(drafted) > 3 and drafter.rate_while_drafting("r") == drafter.rate("r") > 0.5
+    assert len(drafted) > 3
     drafter.verified("r", 6, 6)
     assert [counters.values[COUNTERS.index(name)] for name in ("repeat_draft_tokens", "repeat_drafts_accepted")] == [6, 6]
     for _ in range(12):  # then the target writes something else, step after step
         drafter.verified("r", 3, 0)
-    assert drafter.propose("r", text, 12) == [] and drafter.rate_while_drafting("r") == 0.0
+    assert drafter.propose("r", text, 12) == []
     drafter.forget({"other": object()})
-    assert not drafter.history and not drafter.pending and not drafter.drafting
+    assert not drafter.history and not drafter.pending
 
 
 def test_a_shadow_is_judged_by_what_the_target_wrote_past_it():

@@ -93,16 +93,6 @@ def test_a_drafter_pass_for_one_request_of_eight_is_weighed_against_the_eights_s
     assert not pass_pays([], 8, 12, 0.02, 0.0)  # nobody to draft for
 
 
-def test_a_pass_pays_only_for_what_it_lands_beyond_the_drafts_made_without_it():
-    assert pass_pays([0.7] * 8, 8, 12, 0.02, 0.5, [0.0] * 8)
-    assert not pass_pays([0.7] * 8, 8, 12, 0.02, 0.5, [0.9] * 8)  # their repeat drafts land more: no pass
-    assert pass_pays([0.7] * 8, 8, 12, 0.02, 0.5, [0.9] + [0.0] * 7)  # one of eight served without it
-    gate = SpeculationGate()
-    assert gate.plan_step(["r"], 12) == (12, ["r"]) and gate.drafting
-    gate.without_pass_rate = lambda request_id: 0.95  # a request that repeats itself
-    assert gate.plan_step(["r"], 12)[0] == 0 and not gate.drafting
-
-
 def test_the_gate_runs_no_pass_for_a_few_requests_of_a_batch_whose_others_are_dormant(make_request):
     gate = SpeculationGate()
     running = [f"r{i}" for i in range(8)]
