@@ -84,8 +84,10 @@ def install(repeat: RepeatDrafter | None, grammar: GrammarDrafter | None, learne
             if request.is_prefill_chunk or request.is_finished():
                 continue
             request_id, tokens = request.request_id, request.all_token_ids
-            candidates: list[tuple[str, Sequence[int], float]] = [(LEARNED, request.spec_token_ids, learned_rate(request_id))]
-            if repeat is not None:
+            learned = (LEARNED, request.spec_token_ids, learned_rate(request_id))
+            candidates: list[tuple[str, Sequence[int], float]] = [learned]
+            # Not even ``longest`` repeat drafts could beat the learned drafter's: no lookup (nor judging) this step.
+            if repeat is not None and expected_landed(range(longest), repeat.rate(request_id)) > expected_landed(learned[1], learned[2]):
                 candidates.append(("repeat", repeat.propose(request_id, tokens, longest), repeat.rate(request_id)))
             if grammar is not None and tokenizer is not None and request.use_structured_output:
                 grammar.written(request_id, tokens, text_of)

@@ -42,17 +42,20 @@ def continuation(tokens: Sequence[int] | np.ndarray, longest: int, match: tuple[
     shortest, longest_match = match
     if longest <= 0 or size <= shortest:
         return []
-    # Candidate starts of an earlier occurrence, latest first: where the last token occurs, ending before the end.
-    ends = np.flatnonzero(seq[: size - 1] == seq[-1])[::-1]
-    for n in range(min(longest_match, size - 1), shortest - 1, -1):
-        suffix = seq[size - n :]
-        for end in ends:
-            start = end - n + 1
-            if start >= 0 and np.array_equal(seq[start : end + 1], suffix):
-                follows = seq[end + 1 :]  # at least one token: ``end`` < size - 1
-                period = len(follows)
-                return [int(follows[k % period]) for k in range(longest)]
-    return []
+    # Earlier occurrences end where the last token occurs before the end; each is matched backwards against
+    # the suffix, all at once (the engine core asks per request per step).
+    ends = np.flatnonzero(seq[: size - 1] == seq[-1])
+    matched = np.ones(ends.size, dtype=np.int64)
+    alive = np.ones(ends.size, dtype=bool)
+    for back in range(1, min(longest_match, size - 1)):
+        before = ends - back
+        alive &= (before >= 0) & (seq[np.maximum(before, 0)] == seq[size - 1 - back])
+        matched += alive
+    if not ends.size or (best := int(matched.max())) < shortest:
+        return []
+    end = int(ends[np.flatnonzero(matched == best)[-1]])  # the latest of the longest
+    follows = seq[end + 1 :]  # at least one token: ``end`` < size - 1
+    return [int(follows[k % len(follows)]) for k in range(longest)]
 
 
 @dataclass

@@ -74,3 +74,21 @@ def test_the_source_expected_to_land_most_is_verified():
     assert chosen([(LEARNED, [], 0.9), ("grammar", [4], 0.5)]) == ("grammar", [4])
     assert chosen([(LEARNED, [1], 0.5), ("repeat", [2], 0.5)]) == (LEARNED, [1])  # ties: the learned drafter's
     assert chosen([(LEARNED, [], 0.9), ("repeat", [], 0.9)]) == (LEARNED, [])
+
+
+def _continuation_by_hand(tokens, longest, shortest=2, longest_match=4):
+    for n in range(min(longest_match, len(tokens) - 1), shortest - 1, -1):
+        for end in range(len(tokens) - 2, n - 2, -1):  # latest first, ending before the last token
+            if tokens[end - n + 1 : end + 1] == tokens[-n:]:
+                follows = tokens[end + 1 :]
+                return [follows[k % len(follows)] for k in range(longest)]
+    return []
+
+
+def test_the_lookup_agrees_with_a_search_by_hand():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(500):
+        tokens = [rng.randrange(4) for _ in range(rng.randrange(1, 40))]
+        assert continuation(tokens, 6) == _continuation_by_hand(tokens, 6), tokens
