@@ -25,7 +25,7 @@ from tests.made_results import NO_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((ROOT / "benchmarks").rglob("results.json"))
-STUDY_OUTPUTS = {"crosscheck", "equality", "equality-dflash", "equality-grammar", "equality-s11"}  # their own formats: rows, not levels
+STUDY_OUTPUTS = {"crosscheck", "equality", "equality-dflash", "equality-grammar", "equality-s11", "equality-s12"}  # their own formats: rows, not levels
 
 
 def _study_output(path) -> bool:
