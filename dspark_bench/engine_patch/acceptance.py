@@ -28,10 +28,13 @@ it had been verified. When no request drafts, the drafter does not run at all.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import numpy as np
+
+from dspark_bench.engine_patch.state import EngineCounters
 
 # Until ``StepCosts`` has measured this machine: one more verified position as a share of a step's fixed cost. Measured on the 2-core CPU machine at
 # one user: 9 positions 12.5 ms against 7.3 for one (0.65 ms each).
@@ -86,6 +89,45 @@ def _draft_budget(rate: float, longest: int, verify_cost: float, draft_cost: flo
         if value > best_value:
             best, best_value = n, value
     return best
+
+
+@dataclass
+class EngineDraftSource:
+    """Drafts made in the engine core with no drafter pass (``engine_drafts``): per request, their own acceptance
+    and the budget it pays for (no drafting cost); per server, the counts of those verified and landed."""
+
+    PRIOR: ClassVar[Acceptance] = Acceptance()  # a new request's acceptance of this source's drafts
+    COUNTED: ClassVar[tuple[str, str]] = ("", "")  # its counters (state.COUNTERS): drafts verified, drafts landed
+
+    counters: EngineCounters | None = None
+    verify_cost: Callable[[], float] = lambda: 0.0  # one more verified position, as a share of a step
+    history: dict[str, Acceptance] = field(default_factory=dict)
+
+    def rate(self, request_id: str) -> float:
+        return (self.history.get(request_id) or self.PRIOR).rate
+
+    def budget(self, request_id: str, available: int) -> int:
+        return draft_budget(self.rate(request_id), available, self.verify_cost(), 0.0)
+
+    def record(self, request_id: str, drafted: int, accepted: int) -> None:
+        self.history.setdefault(request_id, replace(self.PRIOR)).record(drafted, accepted)
+
+    def verified(self, request_id: str, drafted: int, accepted: int) -> None:
+        if drafted <= 0:
+            return
+        self.record(request_id, drafted, accepted)
+        if self.counters is not None:
+            self.counters.add(self.COUNTED[0], drafted)
+            self.counters.add(self.COUNTED[1], min(accepted, drafted))
+
+    def per_request(self) -> tuple[dict[str, Any], ...]:
+        """The tables keyed by request, emptied of finished requests by ``forget``."""
+        return (self.history,)
+
+    def forget(self, live: Mapping[str, Any]) -> None:
+        for table in self.per_request():
+            for request_id in [r for r in table if r not in live]:
+                del table[request_id]
 
 
 def pass_pays(rates: Sequence[float], batch: int, longest: int, verify_cost: float, draft_cost: float) -> bool:

@@ -88,7 +88,8 @@ def install(repeat: RepeatDrafter | None, grammar: GrammarDrafter | None, learne
             candidates: list[tuple[str, Sequence[int], float]] = [learned]
             # Not even ``longest`` repeat drafts could beat the learned drafter's: no lookup (nor judging) this step.
             if repeat is not None and expected_landed(range(longest), repeat.rate(request_id)) > expected_landed(learned[1], learned[2]):
-                candidates.append(("repeat", repeat.propose(request_id, tokens, longest), repeat.rate(request_id)))
+                drafts = repeat.propose(request_id, tokens, longest)  # judges its pending proposal first: rate after
+                candidates.append(("repeat", drafts, repeat.rate(request_id)))
             if grammar is not None and tokenizer is not None and request.use_structured_output:
                 grammar.written(request_id, tokens, text_of)
                 if grammar.budget(request_id, longest) > 0 and (forced := jump_forward_string(request)):

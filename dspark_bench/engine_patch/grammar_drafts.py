@@ -27,12 +27,11 @@ Only vLLM's synchronous scheduling (the CPU's) runs ``EngineCore.post_step``; un
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget
-from dspark_bench.engine_patch.state import EngineCounters
+from dspark_bench.engine_patch.acceptance import EngineDraftSource
 
 READS = ("vllm.v1.structured_output.backend_xgrammar:XgrammarGrammar.matcher",)
 
@@ -94,21 +93,14 @@ class Spellings:
 
 
 @dataclass
-class GrammarDrafter:
+class GrammarDrafter(EngineDraftSource):
     """Per request: the acceptance of its grammar drafts and the forced text it is writing; per server:
     the target's spellings, and how many grammar drafts were verified and landed."""
 
-    counters: EngineCounters | None = None
-    verify_cost: Callable[[], float] = lambda: 0.0  # one more verified position, as a share of a step
-    history: dict[str, Acceptance] = field(default_factory=dict)
+    COUNTED = ("grammar_draft_tokens", "grammar_drafts_accepted")
+
     spellings: Spellings = field(default_factory=Spellings)
     writing: dict[str, tuple[int, str]] = field(default_factory=dict)  # request -> (token index, forced text)
-
-    def budget(self, request_id: str, available: int) -> int:
-        return draft_budget(self.rate(request_id), available, self.verify_cost(), 0.0)
-
-    def rate(self, request_id: str) -> float:
-        return (self.history.get(request_id) or Acceptance()).rate
 
     def propose(self, request_id: str, forced: str, encode: Callable[[str], list[int]], longest: int) -> list[int]:
         """This request's grammar drafts for the next step, cut to what pays: the target's own spelling of
@@ -128,18 +120,8 @@ class GrammarDrafter:
             if self.spellings.learn(forced, tokens[start:], text_of):
                 del self.writing[request_id]
 
-    def verified(self, request_id: str, drafted: int, accepted: int) -> None:
-        if drafted <= 0:
-            return
-        self.history.setdefault(request_id, Acceptance()).record(drafted, accepted)
-        if self.counters is not None:
-            self.counters.add("grammar_draft_tokens", drafted)
-            self.counters.add("grammar_drafts_accepted", min(accepted, drafted))
-
-    def forget(self, live: Mapping[str, Any]) -> None:
-        for table in (self.history, self.writing):
-            for request_id in [r for r in table if r not in live]:
-                del table[request_id]
+    def per_request(self) -> tuple[dict[str, Any], ...]:
+        return (self.history, self.writing)
 
 
 def jump_forward_string(request: Any) -> str:

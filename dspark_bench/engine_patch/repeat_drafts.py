@@ -18,19 +18,16 @@ late earns its drafts within a few steps. ``engine_drafts`` applies this inside 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget, landed
-from dspark_bench.engine_patch.state import EngineCounters
+from dspark_bench.engine_patch.acceptance import Acceptance, EngineDraftSource, landed
 
 REPEAT_MATCH = (2, 4)  # shortest and longest suffix looked up
 REPEAT_WINDOW = 1024  # the latest tokens searched: bounds the engine core's work per request per step
-# A new request's prior: most answers do not repeat, so none is verified until a shadow lands (rate 0.1).
-PRIOR = Acceptance(accepted=0.2, rejected=1.8)
 
 
 def continuation(tokens: Sequence[int] | np.ndarray, longest: int, match: tuple[int, int] = REPEAT_MATCH) -> list[int]:
@@ -67,17 +64,14 @@ class Pending:
 
 
 @dataclass
-class RepeatDrafter:
+class RepeatDrafter(EngineDraftSource):
     """Per request: the acceptance of its repeat drafts and the proposal waiting to be judged; per server,
     how many repeat drafts were verified and landed."""
 
-    counters: EngineCounters | None = None
-    verify_cost: Callable[[], float] = lambda: 0.0  # one more verified position, as a share of a step
-    history: dict[str, Acceptance] = field(default_factory=dict)
-    pending: dict[str, Pending] = field(default_factory=dict)
+    PRIOR = Acceptance(accepted=0.2, rejected=1.8)  # most answers do not repeat: none verified until a shadow lands (rate 0.1)
+    COUNTED = ("repeat_draft_tokens", "repeat_drafts_accepted")
 
-    def rate(self, request_id: str) -> float:
-        return (self.history.get(request_id) or PRIOR).rate
+    pending: dict[str, Pending] = field(default_factory=dict)
 
     def propose(self, request_id: str, tokens: Sequence[int], longest: int) -> list[int]:
         """The drafts to verify after ``tokens`` (the request's so far), cut to what pays; the whole proposal
@@ -86,7 +80,7 @@ class RepeatDrafter:
         drafts = continuation(tokens, longest)
         if drafts and request_id not in self.pending:
             self.pending[request_id] = Pending(len(tokens), drafts)
-        return drafts[: draft_budget(self.rate(request_id), len(drafts), self.verify_cost(), 0.0)]
+        return drafts[: self.budget(request_id, len(drafts))]
 
     def judge(self, request_id: str, tokens: Sequence[int]) -> None:
         """Record the pending proposal as far as the target has written past it (a step writes one token where
@@ -95,22 +89,14 @@ class RepeatDrafter:
             return
         written = tokens[shadow.start : shadow.start + len(shadow.drafts)]
         if written:
-            self.history.setdefault(request_id, Acceptance(PRIOR.accepted, PRIOR.rejected)).record(
-                len(written), landed(shadow.drafts, written)
-            )
+            self.record(request_id, len(written), landed(shadow.drafts, written))
             del self.pending[request_id]
 
     def verified(self, request_id: str, drafted: int, accepted: int) -> None:
         """The step verified ``drafted`` of this request's repeat drafts; its proposal is judged by that."""
-        if drafted <= 0:
-            return
-        self.pending.pop(request_id, None)
-        self.history.setdefault(request_id, Acceptance(PRIOR.accepted, PRIOR.rejected)).record(drafted, accepted)
-        if self.counters is not None:
-            self.counters.add("repeat_draft_tokens", drafted)
-            self.counters.add("repeat_drafts_accepted", min(accepted, drafted))
+        if drafted > 0:
+            self.pending.pop(request_id, None)
+        super().verified(request_id, drafted, accepted)
 
-    def forget(self, live: Mapping[str, Any]) -> None:
-        for table in (self.history, self.pending):
-            for request_id in [r for r in table if r not in live]:
-                del table[request_id]
+    def per_request(self) -> tuple[dict[str, Any], ...]:
+        return (self.history, self.pending)
