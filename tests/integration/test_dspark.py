@@ -122,9 +122,17 @@ def test_lossless_and_speculation_accepted(servers, arm):
     steps = after["vllm:spec_decode_num_drafts"] - before.get("vllm:spec_decode_num_drafts", 0)
     assert accepted > 0
     if arm == "dspark":
-        # The block drafter lands nearly all of its 5 drafts (4.8 measured); with vLLM CPU's grouped context
-        # K-norm left uncorrected (dflash_fixes) its later layers mis-scale the context and it lands ~2.4.
-        assert accepted / steps > 4.0
+        # The block drafter lands nearly every draft it is asked for (0.98 of them, 4.6 a step, on an AVX-512
+        # EPYC); with vLLM CPU's grouped context K-norm left uncorrected (dflash_fixes) its later layers
+        # mis-scale the context and it lands 0.87 (3.8 a step). Per draft, not per step: how many drafts a
+        # step asks for follows the machine's measured step costs (speculation_gate). Repeat drafts are
+        # verified by the same steps and counted apart.
+        def learned(vllm_name: str, repeat_name: str) -> float:
+            return (after[vllm_name] - before.get(vllm_name, 0)) - (after[repeat_name] - before.get(repeat_name, 0))
+
+        drafted = learned("vllm:spec_decode_num_draft_tokens", "dspark_repeat_draft_tokens")
+        landed = learned("vllm:spec_decode_num_accepted_tokens", "dspark_repeat_drafts_accepted")
+        assert landed / drafted > 0.93, f"the drafter's drafts: {landed:.0f} of {drafted:.0f} landed, in {steps:.0f} steps"
 
 
 def test_default_json_for_requests_without_response_format(servers):
