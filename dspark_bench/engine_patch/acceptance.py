@@ -186,31 +186,32 @@ class StepCosts:
     costs ``draft_budget`` weighs come from the machine at hand, not from a table."""
 
     decay: float = 0.995
-    normal: np.ndarray = field(default_factory=lambda: np.zeros((3, 3)))
-    target: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    drafted_steps: float = 0.0
+    # The decayed sums of the least-squares normal equations, as plain floats (numpy's per-call overhead on
+    # a 3x3 outer product costs more than the arithmetic, once per engine step). With x = (1, positions,
+    # drafted) and y = seconds: 1, p, d, p*p, p*d, y, p*y, d*y (d*d = d: drafted is 0 or 1).
+    sums: list[float] = field(default_factory=lambda: [0.0] * 8)
     fitted: tuple[float, float, float] | None = None  # ``fit()`` as of the last refit
     recorded: int = 0
 
     def record(self, positions: int, drafted: bool, seconds: float) -> None:
-        x = np.array([1.0, float(positions), 1.0 if drafted else 0.0])
-        self.normal = self.decay * self.normal + np.outer(x, x)
-        self.target = self.decay * self.target + x * seconds
-        self.drafted_steps = self.decay * self.drafted_steps + (1.0 if drafted else 0.0)
+        p, d = float(positions), 1.0 if drafted else 0.0
+        added = (1.0, p, d, p * p, p * d, seconds, p * seconds, d * seconds)
+        self.sums = [self.decay * total + value for total, value in zip(self.sums, added, strict=True)]
         self.recorded += 1
         if self.fitted is None or self.recorded % REFIT_EVERY == 0:
             self.fitted = self.fit()
 
     def fit(self) -> tuple[float, float, float] | None:
         """(fixed, per position, drafter pass) in seconds; None until the steps seen tell them apart."""
-        if self.normal[0, 0] < 20:
+        steps, p, d, pp, pd, y, py, dy = self.sums
+        if steps < 20:
             return None
+        normal, target = np.array([[steps, p, d], [p, pp, pd], [d, pd, d]]), np.array([y, py, dy])
         # The drafter's pass is told apart from the fixed cost only where both kinds of step were seen.
-        undrafted = self.normal[0, 0] - self.drafted_steps
-        columns = [0, 1, 2] if min(self.drafted_steps, undrafted) >= MIN_DRAFTED_STEPS else [0, 1]
-        system = self.normal[np.ix_(columns, columns)] + 1e-12 * np.eye(len(columns))
+        columns = [0, 1, 2] if min(d, steps - d) >= MIN_DRAFTED_STEPS else [0, 1]
+        system = normal[np.ix_(columns, columns)] + 1e-12 * np.eye(len(columns))
         try:
-            solved = np.linalg.solve(system, self.target[columns])
+            solved = np.linalg.solve(system, target[columns])
         except np.linalg.LinAlgError:
             return None
         fixed, per_position = max(float(solved[0]), 1e-6), max(float(solved[1]), 0.0)

@@ -19,11 +19,13 @@ request's context for the drafter (``CONTEXT_IDS``, read by ``dflash_fixes``), w
 about a tenth of a decoding step per token. Drafts made for it later (when another request drafts)
 still become shadows, so it can draft again. At a batch size where vLLM's load-aware length is 0, no
 request's context is kept at all. A new request on a server whose drafts pay drafts from its
-first step; on one whose drafts do not, it is judged by the next probe: while a request not yet judged is
-in the batch, and a pass could pay were its drafts to land, the drafter runs every ``YOUNG_PROBE`` steps,
-and its first drafts become a shadow. So a
-workload whose drafts never land pays one drafter pass per ``YOUNG_PROBE`` steps while new requests
-come, and the context of the few tokens a shadow takes to miss.
+first step. On one whose drafts do not, probes judge new requests: once a probe is due, the next request
+to arrive is kept from its first step, and, if a pass could pay were its drafts to land, the drafter runs
+after that step and its drafts become a shadow. The requests that arrive between probes are neither kept
+nor judged. Probes start ``YOUNG_PROBE`` steps apart, and the gap doubles after each, up to
+``LONGEST_PROBE_GAP``, until some request's drafts pay. So a workload whose drafts never land pays one
+drafter pass per ``LONGEST_PROBE_GAP`` steps and the context of the one request each judges, and a
+workload whose drafts start to land again is found within that many steps.
 """
 
 from __future__ import annotations
@@ -57,12 +59,15 @@ READS = (
     "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
     "vllm.v1.request:Request.num_tokens",
 )
-# Steps between drafter runs while a request not yet judged is in the batch and no request drafts: where
-# drafts pay, a new request drafts from its first step anyway (its prior is the server's recent
-# acceptance), so this only paces the probes of a server whose drafts do not pay: one pass judges the new
-# requests of those steps. At 4, a workload whose drafts miss ran the drafter after one step in six at 8
-# users (benchmarks/dspark/RESULTS.md, tax-c), most of an 18% tax.
+# Steps between probes (drafter runs while no request drafts, to judge new requests) on a server whose drafts
+# do not pay: the gap starts at YOUNG_PROBE and doubles after each probe, up to LONGEST_PROBE_GAP, until a
+# request's drafts pay again. Where drafts pay, a new request drafts from its first step anyway (its prior
+# is the server's recent acceptance), so this only paces the probes of a server whose drafts miss. At 4
+# steps, such a workload ran the drafter after one step in six at 8 users (benchmarks/dspark/RESULTS.md,
+# tax-c), most of an 18% tax; at 32, a probe and the context kept for it were ~8% of 1-user steps on
+# plain text (`nothing-lands-s13`).
 YOUNG_PROBE = 32
+LONGEST_PROBE_GAP = 512
 HOPEFUL_RATE = Acceptance().rate  # what a probe might find: drafts that land as the drafter's on JSON it knows
 SAY_EVERY = 64  # steps between updates of the measured costs and what they choose (for /dspark/status)
 
@@ -86,6 +91,10 @@ class SpeculationGate:
     refused: dict[str, int] = field(default_factory=dict)  # this step's requests whose grammar refused a draft
     drafting: bool = True  # whether the worker drafts after the step being executed
     since_drafted: int = 0  # steps since the worker last drafted
+    probe_gap: int = YOUNG_PROBE  # steps from one probe to the next, while no request's drafts pay
+    # Requests not yet judged: whether their context is kept from their first step (so a probe can judge
+    # them). Where drafts do not pay, only those that arrive once a probe is due are.
+    young_kept: dict[str, bool] = field(default_factory=dict)
     costs: StepCosts = field(default_factory=StepCosts)
     relative_costs: tuple[float, float] = (VERIFY_COST, DRAFT_COST)  # costs.relative() for this step's batch
     _step: tuple[float, int, bool] | None = None  # (started, positions, drafter runs after it)
@@ -134,7 +143,8 @@ class SpeculationGate:
     def plan_step(self, running_ids: Sequence[str], longest: int) -> tuple[int, list[str]]:
         """Drafts per request the worker makes after this step: ``longest`` (vLLM's choice for this batch)
         when the pass pays for the batch's step or a probe is due, else 0; and the running
-        requests whose context the drafter should keep (all but the dormant ones)."""
+        requests whose context the drafter should keep (all but the dormant ones, and the new ones no
+        probe will judge)."""
         self.relative_costs = self.costs.relative(len(running_ids))  # once per step: budget() runs per request
         # Where vLLM's load-aware length is 0 no request can draft after this step, so no context is kept. If
         # the batch shrinks later, such a request drafts from a stale context, misses, and goes dormant.
@@ -142,20 +152,30 @@ class SpeculationGate:
         batch = len(running_ids), longest, *self.relative_costs
         rates = [self.rate(r) for r in live]
         anyone = bool(live) and pass_pays(rates, *batch)
+        due = self.since_drafted + 1 >= self.probe_gap
         young = [r not in self.history and r not in self.shadows for r in live]
-        # A probe judges the young requests; it is worth its pass only if their drafts, landing as JSON drafts
-        # mostly do, could make a pass pay. Where they could not, they are not probed and their context is
-        # not kept (if the batch changes, such a request drafts from a stale context, misses, and goes dormant).
-        if anyone or not any(young):
+        for request_id, new in zip(live, young, strict=True):
+            if new and request_id not in self.young_kept:
+                self.young_kept[request_id] = anyone or due
+        # A probe judges the young requests kept from their first step; it is worth its pass only if their
+        # drafts, landing as JSON drafts mostly do, could make a pass pay. The others' context is not kept (if
+        # drafts start to pay, such a request drafts from a stale context, misses, and goes dormant).
+        probed = [y and self.young_kept[r] for r, y in zip(live, young, strict=True)]
+        if anyone or not any(probed):
             hopeful = anyone
         else:
-            hopeful = pass_pays([HOPEFUL_RATE if y else rate for rate, y in zip(rates, young, strict=True)], *batch)
-        if not hopeful:
-            live = [r for r, y in zip(live, young, strict=True) if not y]
+            hopeful = pass_pays([HOPEFUL_RATE if p else rate for rate, p in zip(rates, probed, strict=True)], *batch)
+        if not anyone:
+            live = [r for r, y, p in zip(live, young, probed, strict=True) if not y or (p and hopeful)]
         self.since_drafted += 1
-        self.drafting = anyone or (hopeful and self.since_drafted >= YOUNG_PROBE)
+        probing = not anyone and hopeful and self.since_drafted >= self.probe_gap
+        self.drafting = anyone or probing
         if self.drafting:
             self.since_drafted = 0
+        if anyone:
+            self.probe_gap = YOUNG_PROBE
+        elif probing:
+            self.probe_gap = min(2 * self.probe_gap, LONGEST_PROBE_GAP)
         if self.counters is not None and running_ids:
             self.counters.add("engine_steps")
             if self.drafting:
@@ -213,6 +233,8 @@ class SpeculationGate:
                 del self.shadows[request_id]
         for request_id in [r for r in self.history if r not in requests]:
             del self.history[request_id]
+        for request_id in [r for r in self.young_kept if r in self.history or r not in requests]:
+            del self.young_kept[request_id]
 
 
 def install(gate: SpeculationGate) -> None:

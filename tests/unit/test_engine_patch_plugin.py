@@ -179,6 +179,29 @@ def test_deferred_context_lands_in_the_slots_vllms_dflash_kernel_computes():
     assert context_slots(block_table, query_start_loc, positions, block_size).tolist() == out["ctx_slots"].tolist()
 
 
+def test_step_slots_reuse_vllms_slot_mapping_only_where_it_equals_dflashs_formula():
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from dspark_bench.engine_patch.dflash_fixes import StepSlots, context_slots
+
+    block_size, block_table = 4, torch.tensor([[7, 3, 9, 0], [2, 5, 0, 0]], dtype=torch.int32)
+    query_start_loc, positions = torch.tensor([0, 3, 4], dtype=torch.int32), torch.tensor([5, 6, 7, 4])
+    formula = context_slots(block_table, query_start_loc, positions, block_size)
+    padded = torch.cat([formula, torch.tensor([-1, -1])])  # vLLM's buffer runs past the step's tokens
+    same = SimpleNamespace(block_table_tensor=block_table, query_start_loc=query_start_loc, slot_mapping=padded)
+    slots = StepSlots()
+    for _ in range(StepSlots.CHECKED + 2):
+        got = slots.of(same, positions, block_size)
+        assert got.tolist() == formula.tolist() and got.data_ptr() != padded.data_ptr()  # a copy: vLLM reuses its buffer
+    assert slots.agreed == StepSlots.CHECKED and not slots.differs
+    # A mapping of another KV-cache layout (here: another block size) is caught, and never used after.
+    other = SimpleNamespace(block_table_tensor=block_table, query_start_loc=query_start_loc, slot_mapping=padded)
+    slots = StepSlots()
+    assert slots.of(other, positions, 2).tolist() == context_slots(block_table, query_start_loc, positions, 2).tolist()
+    assert slots.differs
+    assert slots.of(other, positions, 2).tolist() != formula.tolist()
+
 def test_the_backlog_is_stored_in_one_call_and_the_latest_write_to_a_slot_wins():
     torch = pytest.importorskip("torch")
     from dspark_bench.engine_patch.dflash_fixes import ContextBacklog, last_writes

@@ -108,9 +108,9 @@ def test_the_gate_runs_no_pass_for_a_few_requests_of_a_batch_whose_others_are_do
         # so it is never probed and its context is not kept
         plans = [gate.plan_step(running[1:] + ["new"], 12) for _ in range(2 * YOUNG_PROBE)]
         assert plans == [(0, [])] * (2 * YOUNG_PROBE)
-    with patch.object(gate.costs, "relative", return_value=(0.02, 0.5)):  # a cheaper pass: the new one is probed
-        plans = [gate.plan_step(running[1:] + ["new"], 12) for _ in range(2 * YOUNG_PROBE)]
-        assert (12, ["new"]) in plans and plans.count((0, ["new"])) >= YOUNG_PROBE
+    with patch.object(gate.costs, "relative", return_value=(0.02, 0.5)):  # a cheaper pass: a new one is probed
+        plans = [gate.plan_step(running[1:] + ["newer"], 12) for _ in range(2 * YOUNG_PROBE)]
+        assert plans[0] == (12, ["newer"]) and plans.count((0, ["newer"])) >= YOUNG_PROBE  # a probe was due
 
 
 def test_drafts_the_grammar_refuses_are_misses(make_request):
@@ -134,9 +134,10 @@ def test_a_new_request_is_judged_by_a_shadow_when_the_server_drafts_nothing(make
     for _ in range(30):  # the server's drafts have stopped landing: a new request starts without drafts
         _verify(gate, requests, {"old": list(range(12))}, {"old": 0})
     assert gate.budget("new", 12) == 0
-    plans = [gate.plan_step(["old", "new"], 12) for _ in range(YOUNG_PROBE)]
-    assert [k for k, _ in plans] == [0] * (YOUNG_PROBE - 1) + [12]  # the drafter runs once to judge it (a probe)
-    assert all(live == ["new"] for _, live in plans)  # only the new request's context is kept
+    plans = [gate.plan_step(["old"], 12) for _ in range(YOUNG_PROBE - 1)]
+    assert plans == [(0, [])] * (YOUNG_PROBE - 1)  # no probe due yet, and nothing to keep
+    # A probe is due: the new request's context is kept from its first step, and the drafter runs once to judge it.
+    assert gate.plan_step(["old", "new"], 12) == (12, ["new"])
     assert read_counters(tmp_path)["probe_steps"] == 1
     drafts = [list(range(12)), [50, 51, 52]]
     gate.cut(["old", "new"], drafts, requests)
@@ -145,6 +146,25 @@ def test_a_new_request_is_judged_by_a_shadow_when_the_server_drafts_nothing(make
     requests["old"].append_output_token_ids([9])
     gate.after_step({}, {}, [], requests)
     assert gate.budget("new", 12) > 0 and gate.plan_step(["old", "new"], 12) == (12, ["new"])
+
+
+def test_where_drafts_miss_probes_grow_apart_and_only_the_probed_requests_context_is_kept(make_request):
+    from dspark_bench.engine_patch.speculation_gate import LONGEST_PROBE_GAP
+
+    gate = SpeculationGate()
+    requests = {"old": make_request("old", [1, 2, 3])}
+    for _ in range(30):  # the server's drafts miss
+        _verify(gate, requests, {"old": list(range(12))}, {"old": 0})
+    plans = [gate.plan_step(["old", f"new-{step}"], 12) for step in range(2000)]  # a new request every step
+    probes = [step for step, (drafts, _) in enumerate(plans) if drafts]
+    gaps = [later - earlier for earlier, later in zip(probes, probes[1:], strict=False)]
+    assert gaps[:5] == [64, 128, 256, 512, 512] and max(gaps) == LONGEST_PROBE_GAP  # each probe found nothing
+    # Only the probed request's context is kept: the others arrived between probes, and no probe judges them.
+    assert all(live == ([f"new-{step}"] if step in probes else []) for step, (_, live) in enumerate(plans))
+    requests["lands"] = make_request("lands", [4, 5])
+    for _ in range(4):  # a request whose drafts land: the next probe comes YOUNG_PROBE steps after it drafts
+        _verify(gate, requests, {"lands": list(range(12))}, {"lands": 12})
+    assert gate.plan_step(["lands"], 12) == (12, ["lands"]) and gate.probe_gap == YOUNG_PROBE
 
 
 def test_a_shadow_that_would_have_landed_earns_drafts_back(make_request):
