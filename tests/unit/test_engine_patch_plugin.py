@@ -233,3 +233,22 @@ def test_only_the_wanted_requests_tokens_are_kept_for_the_drafter():
     query_start_loc = torch.tensor([0, 3, 4, 6])  # three requests: 3, 1 and 2 tokens this step
     assert request_tokens(query_start_loc, ["a", "b", "c"], {"a", "c"}).tolist() == [True] * 3 + [False] + [True] * 2
     assert request_tokens(query_start_loc, ["a", "b", "c"], frozenset()).tolist() == [False] * 6
+
+
+def test_a_step_without_drafts_is_prepared_on_vllms_plain_path_only_where_that_is_the_same():
+    from types import SimpleNamespace
+
+    from dspark_bench.engine_patch.no_draft_step import plain_path
+
+    def runner(speculative=True, hybrid=False, attention_free=False):
+        model_config = SimpleNamespace(is_hybrid=hybrid, is_attention_free=attention_free)
+        return SimpleNamespace(speculative_config=object() if speculative else None, model_config=model_config)
+
+    def step(drafts):
+        return SimpleNamespace(scheduled_spec_decode_tokens=drafts)
+
+    assert plain_path(runner(), step({}))  # speculation configured, nothing to verify: the plain path
+    assert not plain_path(runner(), step({"r": [5, 6]}))  # drafts to verify: vLLM's speculative path
+    assert not plain_path(runner(speculative=False), step({}))  # stock vLLM: its own path, untouched
+    assert not plain_path(runner(hybrid=True), step({}))  # state backends read the per-step draft counts
+    assert not plain_path(runner(attention_free=True), step({}))
