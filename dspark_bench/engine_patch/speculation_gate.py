@@ -64,8 +64,8 @@ READS = (
 # request's drafts pay again. Where drafts pay, a new request drafts from its first step anyway (its prior
 # is the server's recent acceptance), so this only paces the probes of a server whose drafts miss. At 4
 # steps, such a workload ran the drafter after one step in six at 8 users (benchmarks/dspark/RESULTS.md,
-# tax-c), most of an 18% tax; at 32, a probe and the context kept for it were ~8% of 1-user steps on
-# plain text (`nothing-lands-s13`).
+# tax-c), most of an 18% tax; at 32, a probe and the context kept for it were ~8% of the worker's time at
+# 1 user on plain text by a profile (`nothing-lands-s13/profile`), though the benchmark did not resolve the gain.
 YOUNG_PROBE = 32
 LONGEST_PROBE_GAP = 512
 HOPEFUL_RATE = Acceptance().rate  # what a probe might find: drafts that land as the drafter's on JSON it knows
