@@ -152,7 +152,8 @@ class SpeculationGate:
         batch = len(running_ids), longest, *self.relative_costs
         rates = [self.rate(r) for r in live]
         anyone = bool(live) and pass_pays(rates, *batch)
-        due = self.since_drafted + 1 >= self.probe_gap
+        self.since_drafted += 1
+        due = self.since_drafted >= self.probe_gap  # a probe, if hopeful, runs after this step
         young = [r not in self.history and r not in self.shadows for r in live]
         for request_id, new in zip(live, young, strict=True):
             if new and request_id not in self.young_kept:
@@ -167,8 +168,7 @@ class SpeculationGate:
             hopeful = pass_pays([HOPEFUL_RATE if p else rate for rate, p in zip(rates, probed, strict=True)], *batch)
         if not anyone:
             live = [r for r, y, p in zip(live, young, probed, strict=True) if not y or (p and hopeful)]
-        self.since_drafted += 1
-        probing = not anyone and hopeful and self.since_drafted >= self.probe_gap
+        probing = not anyone and hopeful and due
         self.drafting = anyone or probing
         if self.drafting:
             self.since_drafted = 0

@@ -202,6 +202,7 @@ def test_step_slots_reuse_vllms_slot_mapping_only_where_it_equals_dflashs_formul
     assert slots.differs
     assert slots.of(other, positions, 2).tolist() != formula.tolist()
 
+
 def test_the_backlog_is_stored_in_one_call_and_the_latest_write_to_a_slot_wins():
     torch = pytest.importorskip("torch")
     from dspark_bench.engine_patch.dflash_fixes import ContextBacklog, last_writes
