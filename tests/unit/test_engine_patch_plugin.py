@@ -253,3 +253,26 @@ def test_a_step_without_drafts_is_prepared_on_vllms_plain_path_only_where_that_i
     assert not plain_path(runner(speculative=False), step({}))  # stock vLLM: its own path, untouched
     assert not plain_path(runner(hybrid=True), step({}))  # state backends read the per-step draft counts
     assert not plain_path(runner(attention_free=True), step({}))
+
+
+def test_a_step_after_which_the_drafter_has_nothing_to_do_runs_as_stock_vllms():
+    from types import SimpleNamespace
+
+    from dspark_bench.engine_patch.no_draft_step import drafter_idle
+    from dspark_bench.engine_patch.state import CONTEXT_IDS
+
+    class OnePass:  # stands for vLLM's DFlashProposer
+        pass
+
+    def step(drafts_after, kept=None):
+        scheduled = SimpleNamespace(num_spec_tokens_to_schedule=drafts_after)
+        setattr(scheduled, CONTEXT_IDS, kept)
+        return scheduled
+
+    one_pass = SimpleNamespace(drafter=OnePass())
+    assert drafter_idle(one_pass, step(0, frozenset()), OnePass)  # no pass after it, no context kept
+    assert not drafter_idle(one_pass, step(12, frozenset()), OnePass)  # the drafter runs after it (a probe)
+    assert not drafter_idle(one_pass, step(0, frozenset({"r"})), OnePass)  # r's context is kept
+    assert not drafter_idle(one_pass, step(0, None), OnePass)  # every request's context is kept
+    # a draft model keeps its own KV cache in step with every token: it runs after every step
+    assert not drafter_idle(SimpleNamespace(drafter=object()), step(0, frozenset()), OnePass)

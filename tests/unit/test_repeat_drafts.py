@@ -2,7 +2,7 @@
 acceptance, and which source's drafts a step verifies."""
 
 from dspark_bench.engine_patch.engine_drafts import LEARNED, chosen, expected_landed
-from dspark_bench.engine_patch.repeat_drafts import REPEAT_WINDOW, RepeatDrafter, continuation
+from dspark_bench.engine_patch.repeat_drafts import RepeatDrafter, SuffixIndex, continuation
 from dspark_bench.engine_patch.state import COUNTERS, EngineCounters
 
 
@@ -29,8 +29,8 @@ def test_nothing_is_drafted_without_an_earlier_occurrence():
     assert continuation([1, 2, 1, 2], 0) == []
     # one matching token is not enough: a suffix of two at least
     assert continuation([1, 9, 2, 1], 3) == []
-    # only the latest REPEAT_WINDOW tokens are searched
-    assert continuation([3, 4, 5] + [0] * REPEAT_WINDOW + [1, 3, 4], 1) == []
+    # the whole history is searched
+    assert continuation([3, 4, 5] + [0] * 2000 + [1, 3, 4], 1) == [5]
 
 
 def test_repeat_drafts_are_earned_by_what_they_would_have_landed(tmp_path):
@@ -92,3 +92,17 @@ def test_the_lookup_agrees_with_a_search_by_hand():
     for _ in range(500):
         tokens = [rng.randrange(4) for _ in range(rng.randrange(1, 40))]
         assert continuation(tokens, 6) == _continuation_by_hand(tokens, 6), tokens
+
+
+def test_the_index_kept_as_tokens_grow_agrees_with_a_search_by_hand():
+    import random
+
+    rng = random.Random(1)
+    for _ in range(100):
+        tokens, index = [rng.randrange(4) for _ in range(rng.randrange(1, 6))], SuffixIndex()
+        for _ in range(30):  # a step writes one token, or several where drafts landed
+            assert index.continuation(tokens, 6) == _continuation_by_hand(tokens, 6), tokens
+            tokens += [rng.randrange(4) for _ in range(rng.choice((1, 1, 1, 3)))]
+    index = SuffixIndex()
+    index.continuation([1, 2, 1, 2, 1], 3)
+    assert index.continuation([5, 5, 5], 2) == [5, 5]  # another request's tokens: the index starts again
