@@ -52,7 +52,7 @@ def register() -> None:
     if facts.get("drafter") == "dflash":
         dflash_fixes.install()
     if facts.get("drafter", "off") != "off":
-        no_draft_step.install()
+        no_draft_step.install(counters)
         gate = None
         if os.environ.get(GATE_ENV, "1") != "0":
             gate = speculation_gate.SpeculationGate(counters)

@@ -45,6 +45,7 @@ EXPORTED_COUNTERS = (
     ("engine_steps", "Engine steps that ran the model"),
     ("drafter_steps", "Engine steps after which the drafter ran (the rest: no running request's drafts were landing)"),
     ("probe_steps", "Drafter runs while no request asked for drafts, to see whether drafts land again"),
+    ("stock_steps", "Engine steps the worker ran as stock vLLM's: no drafts to verify, and nothing for the drafter after them"),
     ("grammar_draft_tokens", "Draft tokens verified that were the grammar's forced text (no drafter pass)"),
     ("grammar_drafts_accepted", "Of those, the ones the target accepted: output tokens that came from grammar drafts"),
     ("repeat_draft_tokens", "Draft tokens verified that repeated the request's own text (no drafter pass)"),

@@ -23,7 +23,7 @@ step at 1 user, by ``studies/probe/step_timer``).
 
 from __future__ import annotations
 
-from dspark_bench.engine_patch.state import CONTEXT_IDS
+from dspark_bench.engine_patch.state import CONTEXT_IDS, EngineCounters
 
 REPLACES = (
     "vllm.v1.worker.gpu_model_runner:GPUModelRunner._sample",
@@ -68,7 +68,8 @@ def drafter_idle(runner, scheduler_output, one_pass: type) -> bool:
     )
 
 
-def install() -> None:
+def install(counters: EngineCounters | None = None) -> None:
+    """``counters``: the worker's, where the steps run as stock vLLM's are counted (``stock_steps``)."""
     from vllm.v1.spec_decode.dflash import DFlashProposer
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -99,6 +100,8 @@ def install() -> None:
         setattr(self, STOCK_STEP, stock)
         if not stock:
             return execute_model(self, scheduler_output, *args, **kwargs)
+        if counters is not None:
+            counters.add("stock_steps")
         return without_speculation(self, execute_model, scheduler_output, *args, **kwargs)
 
     def sampled_as_executed(self, *args, **kwargs):

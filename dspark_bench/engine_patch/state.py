@@ -20,7 +20,8 @@ ENGINE_DRAFTED = "dspark_engine_drafted"
 
 # The counters file's int64 slots, in order. Tokens: kept under a grammar, and of those the ones the
 # grammar forced (one allowed token). Steps: engine steps that ran the model, those after which the
-# drafter ran, and of those the probes (no request asked for drafts: speculation_gate). Drafts made from
+# drafter ran, and of those the probes (no request asked for drafts: speculation_gate); steps the worker ran
+# as stock vLLM's, the drafter having nothing to do after them (no_draft_step). Drafts made from
 # the grammar's forced text (grammar_drafts), then from the request's own repeated text (repeat_drafts):
 # verified, and of those landed. Then what a step costs on this
 # machine as the gate measured it (microseconds: fixed, per scheduled position, drafter pass), and what
@@ -31,6 +32,7 @@ COUNTERS = (
     "engine_steps",
     "drafter_steps",
     "probe_steps",
+    "stock_steps",
     "grammar_draft_tokens",
     "grammar_drafts_accepted",
     "repeat_draft_tokens",

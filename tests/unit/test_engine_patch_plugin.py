@@ -93,7 +93,7 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     installed = []
     monkeypatch.setattr(grammar_counter, "install", lambda counter: installed.append("grammar"))
     monkeypatch.setattr(speculation_gate, "install", lambda gate: installed.append("gate"))
-    monkeypatch.setattr(no_draft_step, "install", lambda: installed.append("sampler"))
+    monkeypatch.setattr(no_draft_step, "install", lambda counters=None: installed.append("sampler"))
     def engine_drafts_installed(repeat, grammar, learned_rate):
         installed.append("+".join(name for name, on in (("repeat", repeat), ("grammar-drafts", grammar)) if on) or "no-engine-drafts")
 

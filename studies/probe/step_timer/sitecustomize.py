@@ -3,8 +3,10 @@
     PYTHONPATH=studies/probe/step_timer STEP_TIMER_OUT=/tmp/steps studies/probe/serve.sh PORT LOG [flags...]
 
 Python imports this module at start-up in every process of the server; only vLLM's worker runs the model,
-so only its file fills: every 500 steps, ``STEP_TIMER_OUT/steps-PID.txt`` gets one line of
-``part:calls/mean ms``. The wrappers go on before DSpark's engine plugin loads, so the patch's own
+and only vLLM's engine core schedules, so only their files fill: every 500 steps,
+``STEP_TIMER_OUT/steps-PID.txt`` (the worker) and ``STEP_TIMER_OUT/core-PID.txt`` (the engine core) get one line of
+``part:calls/mean ms``. In the engine core, ``_process_engine_step`` is a whole step with DSpark's hooks; the
+others are vLLM's own parts inside it (waits for the worker included). The wrappers go on before DSpark's engine plugin loads, so the patch's own
 replacements (``dflash_fixes``) wrap them: ``propose_draft_token_ids`` counts the drafter's real passes only.
 """
 
@@ -16,11 +18,45 @@ PARTS = ("execute_model", "sample_tokens", "_model_forward", "_prepare_inputs", 
          "_sample", "propose_draft_token_ids", "_bookkeeping_sync")  # fmt: skip
 
 
+CORE_PARTS = (
+    ("vllm.v1.engine.core:EngineCoreProc", "_process_engine_step"),
+    ("vllm.v1.engine.core:EngineCore", "post_step"),
+    ("vllm.v1.core.sched.scheduler:Scheduler", "schedule"),
+    ("vllm.v1.core.sched.scheduler:Scheduler", "update_from_output"),
+    ("vllm.v1.executor.multiproc_executor:MultiprocExecutor", "execute_model"),
+    ("vllm.v1.executor.multiproc_executor:MultiprocExecutor", "sample_tokens"),
+)
+
+
 def _install(out: str) -> None:
+    import importlib
+
     from vllm import _custom_ops as ops
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     stats: dict[str, list[float]] = {}
+    core_stats: dict[str, list[float]] = {}
+
+    def wrap_core(owner, name: str) -> None:
+        inner = getattr(owner, name)
+
+        @functools.wraps(inner)
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            result = inner(*args, **kwargs)
+            entry = core_stats.setdefault(name, [0, 0.0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - started
+            if name == "_process_engine_step" and entry[0] % 500 == 0:
+                with open(os.path.join(out, f"core-{os.getpid()}.txt"), "a") as lines:
+                    lines.write(" ".join(f"{k}:{int(v[0])}/{v[1] * 1e3 / max(v[0], 1):.3f}ms" for k, v in core_stats.items()) + "\n")
+            return result
+
+        setattr(owner, name, timed)
+
+    for path, name in CORE_PARTS:
+        module, _, owner = path.partition(":")
+        wrap_core(getattr(importlib.import_module(module), owner), name)
 
     def wrap(owner, name: str, key: str) -> None:
         inner = getattr(owner, name)
