@@ -6,7 +6,8 @@ Python imports this module at start-up in every process of the server; only vLLM
 and only vLLM's engine core schedules, so only their files fill: every 500 steps,
 ``STEP_TIMER_OUT/steps-PID.txt`` (the worker) and ``STEP_TIMER_OUT/core-PID.txt`` (the engine core) get one line of
 ``part:calls/mean ms``. In the engine core, ``_process_engine_step`` is a whole step with DSpark's hooks; the
-others are vLLM's own parts inside it (waits for the worker included). The wrappers go on before DSpark's engine plugin loads, so the patch's own
+others are vLLM's own parts inside it (waits for the worker included), and ``dspark:NAME`` the same call with
+DSpark's hook around it. The wrappers go on before DSpark's engine plugin loads, so the patch's own
 replacements (``dflash_fixes``) wrap them: ``propose_draft_token_ids`` counts the drafter's real passes only.
 """
 
@@ -37,14 +38,14 @@ def _install(out: str) -> None:
     stats: dict[str, list[float]] = {}
     core_stats: dict[str, list[float]] = {}
 
-    def wrap_core(owner, name: str) -> None:
-        inner = getattr(owner, name)
+    def wrap_core(owner, name: str, key: str = "") -> None:
+        inner, key = getattr(owner, name), key or name
 
         @functools.wraps(inner)
         def timed(*args, **kwargs):
             started = time.perf_counter()
             result = inner(*args, **kwargs)
-            entry = core_stats.setdefault(name, [0, 0.0])
+            entry = core_stats.setdefault(key, [0, 0.0])
             entry[0] += 1
             entry[1] += time.perf_counter() - started
             if name == "_process_engine_step" and entry[0] % 500 == 0:
@@ -57,6 +58,20 @@ def _install(out: str) -> None:
     for path, name in CORE_PARTS:
         module, _, owner = path.partition(":")
         wrap_core(getattr(importlib.import_module(module), owner), name)
+
+    # DSpark's own replacements, timed from outside once its plugin has put them on ("dspark:" keys): each minus
+    # vLLM's part of the same name is what DSpark's hook costs.
+    from dspark_bench.engine_patch import engine_plugin
+
+    register = engine_plugin.register
+
+    def register_then_time():
+        register()
+        for path, name in CORE_PARTS[1:4]:
+            module, _, owner = path.partition(":")
+            wrap_core(getattr(importlib.import_module(module), owner), name, f"dspark:{name}")
+
+    engine_plugin.register = register_then_time
 
     def wrap(owner, name: str, key: str) -> None:
         inner = getattr(owner, name)
