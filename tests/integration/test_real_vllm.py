@@ -255,7 +255,10 @@ def test_a_trace_replays_at_its_own_times_on_a_real_server(stock_server, tmp_pat
     assert len(records) == len(rows) and all(r["verdict"] == "valid" for r in records)
     offsets = [r["t_scheduled"] - records[0]["t_scheduled"] for r in records]
     assert offsets == pytest.approx([row["timestamp"] / 1000 for row in rows], abs=1e-3)  # scheduled at the trace's times
-    assert max(r["t_send"] - r["t_scheduled"] for r in records) < 0.25  # ... and sent then
+    # ... and sent then, not after the answer before (one at a time, the burst's sends would lag 0.2-0.9 s); on
+    # a busy 2-core machine one send in ten can wait half a second for a CPU
+    lags = sorted(r["t_send"] - r["t_scheduled"] for r in records)
+    assert lags[len(lags) // 2] < 0.05 and lags[-1] < 1.0, lags
     [level] = json.loads((run / "results.json").read_text())["levels"]
     metrics = level["metrics"]
     assert abs(metrics["achieved_rate"] / metrics["scheduled_rate"] - 1) < 0.1
