@@ -56,9 +56,9 @@ class SuffixIndex:
             return []
         suffix = list(tokens[max(size - longest_match, 0) :])
         for n in range(min(longest_match, size - 1), shortest - 1, -1):
-            end = self.latest.get(tuple(suffix[-n:]))
-            if end is not None:
-                follows = list(tokens[end + 1 : size])  # at least one token: ``end`` < size - 1
+            found = self.latest.get(tuple(suffix[-n:]))
+            if found is not None:
+                follows = list(tokens[found + 1 : size])  # at least one token: ``found`` < size - 1
                 return [follows[k % len(follows)] for k in range(longest)]
         return []
 
