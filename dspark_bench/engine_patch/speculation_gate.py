@@ -128,7 +128,16 @@ class SpeculationGate:
         """The largest batch (up to ``largest``) at which a request with the server's recent acceptance
         verifies a draft, by the costs measured so far; 0 where none does."""
         rate = self.population.rate
-        return max((b for b in range(1, largest + 1) if draft_budget(rate, longest, *self.costs.relative(b)) > 0), default=0)
+
+        def pays(batch: int) -> bool:
+            return draft_budget(rate, longest, *self.costs.relative(batch)) > 0
+
+        # For each number of drafts, drafting's cost per request ((pass + verified positions) / plain step) is
+        # monotone in the batch, so where neither end pays no batch between does: two budgets, not 256, where
+        # drafts miss (this runs in the engine core every SAY_EVERY steps).
+        if not pays(1) and not pays(largest):
+            return 0
+        return next((b for b in range(largest, 0, -1) if pays(b)), 0)
 
     def record(self, request_id: str, drafted: int, accepted: int) -> None:
         if request_id not in self.history:

@@ -236,6 +236,15 @@ def test_the_batch_to_which_drafting_pays_follows_the_measured_costs_and_is_said
     assert paying > 1
 
 
+def test_the_batch_to_which_drafting_pays_is_the_largest_that_pays_of_all_256():
+    for fixed, per_position, drafter in ((7.0, 0.1, 4.0), (5.0, 12.0, 30.0), (7.0, 0.3, 4.0), (2.0, 0.05, 9.0), (4.0, 1.0, 0.5)):
+        for accepted, rejected in ((4.0, 0.5), (1.0, 1.0), (0.3, 3.0), (9.0, 0.1)):
+            gate = SpeculationGate(costs=_machine(fixed, per_position, drafter))
+            gate.population = Acceptance(accepted, rejected)
+            paying = [b for b in range(1, 257) if draft_budget(gate.population.rate, 12, *gate.costs.relative(b)) > 0]
+            assert gate.drafts_pay_to_batch() == max(paying, default=0), (fixed, per_position, drafter, accepted)
+
+
 def test_before_enough_steps_the_costs_are_the_fallback_constants():
     from dspark_bench.engine_patch.acceptance import DRAFT_COST, VERIFY_COST, StepCosts
 
