@@ -29,35 +29,46 @@ CORE_PARTS = (
 )
 
 
+class Timers:
+    """Call counts and seconds per part of one process; every 500 calls of ``flush_on`` one line goes to
+    ``OUT/PREFIX-PID.txt``."""
+
+    def __init__(self, out: str, prefix: str, flush_on: str) -> None:
+        self.path = os.path.join(out, f"{prefix}-{os.getpid()}.txt")
+        self.flush_on = flush_on
+        self.stats: dict[str, list[float]] = {}
+
+    def wrap(self, owner, name: str, key: str = "") -> None:
+        inner, key = getattr(owner, name), key or name
+
+        @functools.wraps(inner)  # the patch binds arguments by the wrapped signature
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            result = inner(*args, **kwargs)
+            entry = self.stats.setdefault(key, [0, 0.0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - started
+            if key == self.flush_on and entry[0] % 500 == 0:
+                with open(self.path, "a") as lines:
+                    lines.write(" ".join(f"{k}:{int(v[0])}/{v[1] * 1e3 / max(v[0], 1):.3f}ms" for k, v in self.stats.items()) + "\n")
+            return result
+
+        setattr(owner, name, timed)
+
+
 def _install(out: str) -> None:
     import importlib
 
     from vllm import _custom_ops as ops
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    stats: dict[str, list[float]] = {}
-    core_stats: dict[str, list[float]] = {}
-
-    def wrap_core(owner, name: str, key: str = "") -> None:
-        inner, key = getattr(owner, name), key or name
-
-        @functools.wraps(inner)
-        def timed(*args, **kwargs):
-            started = time.perf_counter()
-            result = inner(*args, **kwargs)
-            entry = core_stats.setdefault(key, [0, 0.0])
-            entry[0] += 1
-            entry[1] += time.perf_counter() - started
-            if name == "_process_engine_step" and entry[0] % 500 == 0:
-                with open(os.path.join(out, f"core-{os.getpid()}.txt"), "a") as lines:
-                    lines.write(" ".join(f"{k}:{int(v[0])}/{v[1] * 1e3 / max(v[0], 1):.3f}ms" for k, v in core_stats.items()) + "\n")
-            return result
-
-        setattr(owner, name, timed)
-
-    for path, name in CORE_PARTS:
+    def owner_of(path: str):
         module, _, owner = path.partition(":")
-        wrap_core(getattr(importlib.import_module(module), owner), name)
+        return getattr(importlib.import_module(module), owner)
+
+    core = Timers(out, "core", "_process_engine_step")
+    for path, name in CORE_PARTS:
+        core.wrap(owner_of(path), name)
 
     # DSpark's own replacements, timed from outside once its plugin has put them on ("dspark:" keys): each minus
     # vLLM's part of the same name is what DSpark's hook costs.
@@ -68,32 +79,15 @@ def _install(out: str) -> None:
     def register_then_time():
         register()
         for path, name in CORE_PARTS[1:4]:
-            module, _, owner = path.partition(":")
-            wrap_core(getattr(importlib.import_module(module), owner), name, f"dspark:{name}")
+            core.wrap(owner_of(path), name, f"dspark:{name}")
 
     engine_plugin.register = register_then_time
 
-    def wrap(owner, name: str, key: str) -> None:
-        inner = getattr(owner, name)
-
-        @functools.wraps(inner)  # the patch binds arguments by the wrapped signature
-        def timed(*args, **kwargs):
-            started = time.perf_counter()
-            result = inner(*args, **kwargs)
-            entry = stats.setdefault(key, [0, 0.0])
-            entry[0] += 1
-            entry[1] += time.perf_counter() - started
-            if key == "execute_model" and entry[0] % 500 == 0:
-                with open(os.path.join(out, f"steps-{os.getpid()}.txt"), "a") as lines:
-                    lines.write(" ".join(f"{k}:{int(v[0])}/{v[1] * 1e3 / max(v[0], 1):.3f}ms" for k, v in stats.items()) + "\n")
-            return result
-
-        setattr(owner, name, timed)
-
+    worker = Timers(out, "steps", "execute_model")
     for name in PARTS:
         if hasattr(GPUModelRunner, name):
-            wrap(GPUModelRunner, name, name)
-    wrap(ops, "cpu_attention_with_kv_cache", "attention_kernel")
+            worker.wrap(GPUModelRunner, name)
+    worker.wrap(ops, "cpu_attention_with_kv_cache", "attention_kernel")
 
 
 if _out := os.environ.get("STEP_TIMER_OUT"):
