@@ -38,8 +38,8 @@ READS = (
     "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
     "vllm.config:ModelConfig.is_hybrid",
     "vllm.config:ModelConfig.is_attention_free",
+    "vllm.v1.worker.gpu_model_runner:ExecuteModelState.scheduler_output",  # the step sample_tokens samples
 )
-STOCK_STEP = "_dspark_stock_step"  # on the runner: the step executed last samples as stock vLLM's
 
 
 def plain_path(runner, scheduler_output) -> bool:
@@ -95,19 +95,20 @@ def install(counters: EngineCounters | None = None) -> None:
             return prepare_inputs(self, scheduler_output, *args, **kwargs)
         return without_speculation(self, prepare_inputs, scheduler_output, *args, **kwargs)
 
+    def stock_step(runner, scheduler_output) -> bool:
+        return plain_path(runner, scheduler_output) and drafter_idle(runner, scheduler_output, DFlashProposer)
+
     def stock_when_drafter_idle(self, scheduler_output, *args, **kwargs):
-        stock = plain_path(self, scheduler_output) and drafter_idle(self, scheduler_output, DFlashProposer)
-        setattr(self, STOCK_STEP, stock)
-        if not stock:
+        if not stock_step(self, scheduler_output):
             return execute_model(self, scheduler_output, *args, **kwargs)
         if counters is not None:
             counters.add("stock_steps")
         return without_speculation(self, execute_model, scheduler_output, *args, **kwargs)
 
     def sampled_as_executed(self, *args, **kwargs):
-        if not getattr(self, STOCK_STEP, False):
+        executed = self.execute_model_state  # the step execute_model left to sample (None: nothing to sample)
+        if executed is None or not stock_step(self, executed.scheduler_output):
             return sample_tokens(self, *args, **kwargs)
-        setattr(self, STOCK_STEP, False)
         return without_speculation(self, sample_tokens, *args, **kwargs)
 
     plain_without_drafts._dspark = True  # type: ignore[attr-defined]
