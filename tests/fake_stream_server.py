@@ -3,9 +3,10 @@
 the number of messages sent, all but one of them "cached". Nothing like a model: a load generator's test bench, where
 the server is never the bottleneck, so any shortfall in concurrency is the client's.
 
-    python tests/fake_stream_server.py --port 8123 [--tokens 10] [--token-ms 20] [--slots N]
+    python tests/fake_stream_server.py --port 8123 [--tokens 10] [--token-ms 20] [--slots N] [--long-every K --long-tokens M]
 
-With ``--slots N`` it writes at most N answers at once and queues the rest: a server with a capacity.
+With ``--slots N`` it writes at most N answers at once and queues the rest: a server with a capacity. With
+``--long-every K`` every K-th answer has ``--long-tokens`` tokens: lengths as varied as a model's.
 """
 
 import argparse
@@ -17,6 +18,8 @@ parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--tokens", type=int, default=10)
 parser.add_argument("--token-ms", type=float, default=20.0)
 parser.add_argument("--slots", type=int, default=0, help="answers written at once, the rest queued (0: no limit)")
+parser.add_argument("--long-every", type=int, default=0, help="every K-th answer is long (0: none)")
+parser.add_argument("--long-tokens", type=int, default=100, help="tokens of a long answer")
 args = parser.parse_args()
 SLOTS = asyncio.Semaphore(args.slots) if args.slots else None
 
@@ -29,10 +32,15 @@ def event(payload: dict) -> bytes:
     return chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
 
 
+ANSWERS = [0]  # chat answers begun: every --long-every-th is long
+
+
 async def answer(writer: asyncio.StreamWriter, request: dict) -> None:
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     pieces = ['{"a":', " 1", ",", ' "b":', ' "x', 'y"', "}"]
-    for index in range(args.tokens):
+    ANSWERS[0] += 1
+    tokens = args.long_tokens if args.long_every and ANSWERS[0] % args.long_every == 0 else args.tokens
+    for index in range(tokens):
         await asyncio.sleep(args.token_ms / 1000)
         text = pieces[index] if index < len(pieces) else ""
         writer.write(event({"choices": [{"index": 0, "delta": {"content": text or " "}, "finish_reason": None}]}))
@@ -40,7 +48,7 @@ async def answer(writer: asyncio.StreamWriter, request: dict) -> None:
     writer.write(event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
     # prompt tokens: the request's messages, so a test sees a conversation grow; all but the last cached
     messages = len(request.get("messages", [])) or 5
-    usage = {"prompt_tokens": messages, "completion_tokens": args.tokens, "prompt_tokens_details": {"cached_tokens": messages - 1}}
+    usage = {"prompt_tokens": messages, "completion_tokens": tokens, "prompt_tokens_details": {"cached_tokens": messages - 1}}
     writer.write(event({"choices": [], "usage": usage}))
     writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
     await writer.drain()

@@ -220,8 +220,7 @@ class RunConfig:
     def measured_requests(self, level: float) -> int:
         """Measured requests of one level: ``requests_per_level``, or more where ``level_requests`` asks; a
         closed loop of N users measures at least MIN_WAVES waves of N (no level is a single burst, whose
-        concurrency holds by construction) and sends whole waves, its warm-up requests included in the first
-        (a part-wave at the end would leave users idle while it drains, and count against the concurrency)."""
+        concurrency holds by construction) and sends whole waves, its warm-up requests included in the first."""
         if self.rates:
             return self.requests_per_level
         users = int(level)

@@ -62,7 +62,11 @@ WIRED = {WIRE: True}
 @dataclass
 class LevelPlan:
     """The requests of one level for one arm: warm-up tickets first, then exactly ``count`` measured. A
-    ticket is one request, or one agent session (its turns, one record each).
+    ticket is one request, or one agent session (its turns, one record each). A closed loop then hands its
+    users tail tickets (``is_tail``: not measured, recorded as warm-up) while any of its measured tickets
+    is still in flight, so that its last measured answers run under the load the level names instead of
+    alone: where answer lengths vary (25 tokens to 512), the drain of a fixed number of requests otherwise
+    held 4-5 of 8 users over a level.
 
     Its fields are of three kinds. What the level asks (``WIRED``: sent to Locust workers as they are,
     ``workers.plan_message``), with ``request`` and ``arrivals`` sent whole and ``samples`` rebuilt by each
@@ -91,7 +95,8 @@ class LevelPlan:
     aborted: str | None = None
     records: list[RequestRecord] = field(default_factory=list)  # this level's completed requests, in order
     _issued: int = 0
-    _done: int = 0  # tickets completed
+    _own_issued: int = 0  # warm-up and measured tickets this process issued (tails aside)
+    _done: int = 0  # warm-up and measured tickets completed (tails aside)
     _due: list[float] = field(default_factory=list)  # open loop: absolute send times, from the first ticket
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -103,13 +108,24 @@ class LevelPlan:
                 return None
             turn, slot = divmod(self._issued, len(self.slots))
             index = turn * self.cycle + self.slots[slot]
-            if self.aborted or (total is not None and index >= total):
+            if self.aborted or (self.is_tail(index) and not self._holds_load()):
                 return None
             self._issued += 1
+            self._own_issued += not self.is_tail(index)
             if self.arrivals is not None and not self._due:
                 start = self.start_at if self.start_at is not None else time.time()
                 self._due = [start + offset for offset in self.arrivals.offsets(total or 1_000_000)]
-        return self.samples[index % len(self.samples)], index < self.warmup, index
+        return self.samples[index % len(self.samples)], index < self.warmup or self.is_tail(index), index
+
+    def is_tail(self, index: int) -> bool:
+        """Ticket ``index`` comes after the level's measured tickets: sent only to keep the load on."""
+        total = self.total
+        return total is not None and index >= total
+
+    def _holds_load(self) -> bool:
+        """A closed loop keeps its users busy while a measured ticket this process issued is in flight (each
+        Locust worker for its own share of the level)."""
+        return self.arrivals is None and self._done < self._own_issued
 
     def due(self, index: int) -> float | None:
         """When ticket ``index`` is to be sent (time.time() clock); None in a closed loop: at once."""
@@ -123,7 +139,8 @@ class LevelPlan:
     def complete(self, record: RequestRecord) -> None:
         self.sink.write(record)
         with self._lock:
-            self._done += record.ends_ticket
+            if not record.tail:
+                self._done += record.ends_ticket
             if self.count is not None:  # web UI runs go on for hours: their records live on disk only
                 self.records.append(record)
 

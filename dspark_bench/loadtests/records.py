@@ -56,6 +56,9 @@ class RequestRecord:
     session: str | None = None
     turn: int | None = None
     turns: int | None = None
+    # A closed loop's tail request (``plan.LevelPlan``): sent after the level's measured ones only to keep
+    # its load on while they end; ``warmup`` too, so it is never measured.
+    tail: bool = False
 
     @property
     def e2e_s(self) -> float | None:
@@ -80,6 +83,7 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> RequestRecord:
         values: dict[str, Any] = {k: row.get(k) for k in cls.__dataclass_fields__}
+        values["tail"] = bool(values["tail"])  # older runs have no tails
         return cls(**values)
 
 

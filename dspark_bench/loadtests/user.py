@@ -125,6 +125,8 @@ class ChatCompletionsUser(User):
         """One request of ``plan``: send, stream, validate, record, report to Locust. ``turn``: (number,
         turns) of an agent session's turn."""
         level = plan.level or (self.environment.runner.user_count if self.environment.runner else 1)
+        tail = plan.is_tail(index)
+        cancelled = False
         scheduled = plan.due(index)
         request = plan.request
         body = chat_body(sample, request.mode, request.model, sample.max_tokens or request.max_tokens, request.temperature)
@@ -156,6 +158,12 @@ class ChatCompletionsUser(User):
                     pass
         except TimeoutError:
             timed_out, error = True, f"no complete answer within {request.request_timeout_s:.0f}s"
+        except gevent.GreenletExit:
+            if not tail:
+                raise
+            # the level ended (its measured answers are in) and Locust stopped this user: the tail request
+            # is recorded up to here, so that the level's load counts it while it was in flight
+            cancelled, error = True, "cancelled: the level's measured requests had all ended"
         except Exception as exc:  # noqa: BLE001 - any transport failure is an http_error verdict
             error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -174,7 +182,7 @@ class ChatCompletionsUser(User):
             timed_out=timed_out,
         )
         ticket_id = (
-            f"{sample.scenario}.{request.mode.value}.{'r' if plan.arrivals else 'c'}{level:g}.r{plan.repeat}.{sample.seed}{'.warmup' if warmup else ''}"
+            f"{sample.scenario}.{request.mode.value}.{'r' if plan.arrivals else 'c'}{level:g}.r{plan.repeat}.{sample.seed}{'.tail' if tail else '.warmup' if warmup else ''}"
             + (f".{worker_tag(self.environment)}.{index}" if plan.ticket_ids else "")
         )
         record = RequestRecord(
@@ -209,8 +217,11 @@ class ChatCompletionsUser(User):
             session=None if turn is None else ticket_id,
             turn=None if turn is None else turn[0],
             turns=None if turn is None else turn[1],
+            tail=tail,
         )
         plan.complete(record)
+        if cancelled:
+            raise gevent.GreenletExit
         self.environment.events.request.fire(
             request_type="CHAT",
             name=f"{plan.arm} {sample.scenario}/{request.mode.value}" + ("" if turn is None else f" turn {turn[0] + 1}"),

@@ -70,10 +70,11 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
         (2, "baseline"),
     ]
     assert "--no-enable-prefix-caching" not in results["arms"]["baseline"]["argv"]
-    lines = (run / "requests.jsonl").read_text().splitlines()
-    # at least 4 waves measured, whole waves sent with the warm-up: 1 user 4 + 1, 2 users 9 + 1 (5 waves of 2)
-    assert len(lines) == 2 * (4 + 1) + 2 * (9 + 1)
-    records = [json.loads(line) for line in lines]
+    records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    # at least 4 waves measured, whole waves sent with the warm-up: 1 user 4 + 1, 2 users 9 + 1 (5 waves of 2);
+    # the rest are the 2-user levels' tails (the one user's while the other's last answer runs)
+    assert sum(not r["tail"] for r in records) == 2 * (4 + 1) + 2 * (9 + 1)
+    assert {r["level"] for r in records if r["tail"]} <= {2}
     assert {r["mode"] for r in records if r["arm"] == "baseline"} == {"prompt"}
     assert {r["mode"] for r in records if r["arm"] == "baseline-constrained"} == {"json_object"}
     assert all(r["output_tokens"] and r["t_first_token"] for r in records)
@@ -122,7 +123,7 @@ def test_locustfile_runs_under_locusts_own_cli(stock_server, tmp_path):
         timeout=180,
     )
     assert out.returncode in (0, 1), out.stderr[-2000:]  # 1: Locust saw failures (invalid answers), still a run
-    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    records = [r for r in map(json.loads, (tmp_path / "requests.jsonl").read_text().splitlines()) if not r["tail"]]
     assert len(records) == 4 and {r["arm"] for r in records} == {"cli"}
     assert len({r["request_id"] for r in records}) == 4
     assert time.monotonic() - started < 140  # ended by its count, not by the 150 s run time
@@ -144,7 +145,8 @@ def test_two_local_workers_records_reach_the_master_once_each(stock_server, tmp_
     )  # fmt: skip
     output, _ = process.communicate(timeout=180)
     assert process.returncode in (0, 1), output[-2000:]
-    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    every = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    records = [r for r in every if not r["tail"]]  # the tails keep the load on while the last tickets run
     ids = [r["request_id"] for r in records]
     tickets: dict[str, set[int]] = {}
     for request_id in ids:
@@ -162,7 +164,7 @@ def test_two_local_workers_records_reach_the_master_once_each(stock_server, tmp_
         aggregated = [line.split(",") for line in f if ",Aggregated," in line][0]
     # Locust's own count can trail ours: a worker's last stats report may not reach the master at quit
     assert 0 < int(aggregated[header.index("Request Count")]) <= len(records)
-    assert len(list((tmp_path / "responses" / "dist").glob("*.json"))) == len(records)
+    assert len(list((tmp_path / "responses" / "dist").glob("*.json"))) == len(every)
 
 
 def test_web_ui_shows_the_json_tab(stock_server, tmp_path):
@@ -200,6 +202,7 @@ def test_a_users_dataset_runs_end_to_end_on_a_server_given_by_url(stock_server, 
     assert out.returncode == 0, out.stderr[-2000:]
     run = tmp_path / "dataset"
     records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    records = [r for r in records if not r["tail"]]
     assert len(records) == 8 and all(r["scenario"] == "requests" and r["tags"] for r in records)
     # constrained: nothing fails to parse (a line's max_tokens may cut an answer: truncated, counted apart)
     assert all(r["verdict"] in ("valid", "schema_violation", "truncated") for r in records)
@@ -225,6 +228,7 @@ def test_agent_sessions_send_each_turn_with_the_conversation_so_far_and_reuse_it
     run = _bench_by_url(stock_server, tmp_path, "sessions", "--scenario", "agent_sessions", "--mode", "json_schema",
                         "--levels", "2", "--requests", "4", "--warmup", "0")  # fmt: skip
     records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    records = [r for r in records if not r["tail"]]
     sessions: dict[str, list[dict]] = {}
     for record in records:
         sessions.setdefault(record["session"], []).append(record)

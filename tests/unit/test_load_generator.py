@@ -1,5 +1,6 @@
 """The load generator holds its concurrency: against a fast fake streaming server (never the bottleneck),
-N closed-loop users keep about N requests in flight, at 64 and 256 users."""
+N closed-loop users keep about N requests in flight, at 64 and 256 users, and to a level's last measured
+answer where answer lengths vary."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dspark_bench.loadtests.plan import LevelPlan
 from dspark_bench.loadtests.records import RunFolderSink
 from dspark_bench.loadtests.sweep import run_level
 from dspark_bench.scenarios import Mode, Split, load_scenario
+from tests.conftest import start_fake_stream_server
 
 
 @pytest.mark.parametrize("users", [64, 256])
@@ -30,6 +32,24 @@ def test_users_hold_their_concurrency(fast_server, tmp_path, users):
     assert metrics.new_connection_rate == 0.0 and metrics.connect_p95_ms is not None  # measured requests reuse their connection
     # each user keeps its one connection (the other two: the before and after queries)
     assert _connections(fast_server) - connected_before <= users + 2
+
+
+def test_a_closed_loop_holds_its_load_until_its_last_measured_answer(tmp_path):
+    # every 10th answer 20x as long as the others: 5 long answers in the level's 50, as a model's answers vary
+    url, server = start_fake_stream_server("--tokens", "10", "--token-ms", "5", "--long-every", "10", "--long-tokens", "200")
+    try:
+        samples = list(load_scenario("order_extraction").samples(Split.EVAL, 50))
+        plan = LevelPlan("fake", 8, RequestSettings("fake", Mode.JSON_OBJECT), samples, RunFolderSink(tmp_path), 48, warmup=2)
+        run_level(Endpoint("fake", url, "fake"), plan, timeout_s=120, progress_every_s=60)
+    finally:
+        server.kill()
+        server.wait()
+    metrics = level_metrics(plan.records)
+    tails = [r for r in plan.records if r.tail]
+    assert metrics.requests == 48 and metrics.rate_http_error == 0  # tails are load, never measured
+    assert tails and all(r.warmup and r.request_id.endswith(".tail") for r in tails)
+    # without tails the last long answers ran nearly alone: 5.3 of the 8 users over the level
+    assert metrics.achieved_concurrency >= MIN_CONCURRENCY_SHARE * 8, metrics.achieved_concurrency
 
 
 def _connections(base_url: str) -> int:
