@@ -2,10 +2,17 @@
 
 Definitions (vLLM ``bench serve`` where they overlap):
 - wall time of a level: last measured byte received - first measured request sent.
-- effective JSON throughput: output tokens of ``valid`` responses / wall time (tokens/s). For text
+- throughput span (``throughput_span_s``), what every throughput below is over: the wall time x the
+  measured requests' share of the request-seconds in flight over it; by Little's law, their summed
+  latency / the achieved concurrency. It is the wall time where no unmeasured request ran beside them.
+  Warm-ups share a level's start with the measured requests, and a closed loop's tail requests its end
+  (its users stay busy until its last measured answer): a 512-token answer begun late keeps the level
+  going at full load for its whole latency, and over wall time alone the tails' tokens would count as
+  time but not as output.
+- effective JSON throughput: output tokens of ``valid`` responses / throughput span (tokens/s). For text
   scenarios every complete answer is ``valid``, so it equals the raw throughput minus truncations.
-- raw output throughput: output tokens of every response that returned tokens / wall time.
-- request throughput: completed requests (any verdict but http_error / timeout) / wall time.
+- raw output throughput: output tokens of every response that returned tokens / throughput span.
+- request throughput: completed requests (any verdict but http_error / timeout) / throughput span.
 - E2E latency: last byte - send, over completed requests; P50 / P95 / P99 (numpy linear percentiles).
 - TTFT: first content chunk - send; P50 / P95.
 - TPOT: (E2E - TTFT) / (output tokens - 1), over completed requests with more than one token; mean
@@ -28,8 +35,8 @@ Definitions (vLLM ``bench serve`` where they overlap):
   content of each completed answer, pooled; a speculative chunk carrying several tokens is one gap.
   Mean, P50, P95, P99.
 - goodput, with SLOs (``slo``: ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, each optional): a request is good
-  when it is ``valid`` and meets every SLO given; good requests / wall time, and their output tokens /
-  wall time. Without SLOs every valid request is good (goodput = the valid request rate).
+  when it is ``valid`` and meets every SLO given; good requests / throughput span, and their output
+  tokens / throughput span. Without SLOs every valid request is good (goodput = the valid request rate).
 - prompt cache share: prompt tokens the server found in its prefix cache / prompt tokens, over the
   requests whose server said (vLLM with --enable-prompt-tokens-details); for agent sessions also by turn.
 - agent sessions (one record per turn; ``RequestRecord.session``): sessions = measured sessions that
@@ -153,7 +160,7 @@ def percentile_ms_rows(values_s: np.ndarray, q: float) -> np.ndarray:
 
 
 def per_second(amount: float, seconds: float) -> float:
-    """A throughput: ``amount`` over ``seconds`` of wall time (0 when no time passed)."""
+    """A throughput: ``amount`` over ``seconds`` (0 when no time passed)."""
     return amount / seconds if seconds > 0 else 0.0
 
 
@@ -161,6 +168,15 @@ def closed_loop_tok_s(concurrency: int, tokens: np.ndarray, latency_s: np.ndarra
     """Throughput of a closed loop by Little's law: concurrency x tokens / summed latency, per row. Needs no
     wall clock, so it can be computed for resamples of a level's requests (bootstrap intervals)."""
     return concurrency * np.asarray(tokens).sum(axis=-1) / np.asarray(latency_s).sum(axis=-1)
+
+
+def throughput_span_s(records: Sequence[RequestRecord]) -> float:
+    """The seconds a level's throughputs are over (see the module's definitions): its measured requests'
+    summed latency / its achieved concurrency; the wall time where nothing is known to have run beside them."""
+    measured = [r for r in records if not r.warmup]
+    in_flight = achieved_concurrency(records)
+    latency = sum(e2e for r in measured if (e2e := r.e2e_s) is not None)
+    return latency / in_flight if in_flight and latency > 0 else wall_time_s(measured)
 
 
 def wall_time_s(records: Sequence[RequestRecord]) -> float:
@@ -354,6 +370,7 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
     measured = [r for r in records if not r.warmup]
     n = len(measured)
     wall = wall_time_s(measured)
+    span = throughput_span_s(records)
     completed = [r for r in measured if r.verdict not in FAILED]
     verdicts = Counter(r.verdict for r in measured)
     tokens = sum(r.output_tokens or 0 for r in measured)
@@ -380,9 +397,9 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         requests=n,
         completed=len(completed),
         wall_s=wall,
-        effective_tok_s=per_second(valid_tokens, wall),
-        raw_tok_s=per_second(tokens, wall),
-        requests_per_s=per_second(len(completed), wall),
+        effective_tok_s=per_second(valid_tokens, span),
+        raw_tok_s=per_second(tokens, span),
+        requests_per_s=per_second(len(completed), span),
         output_tokens=tokens,
         valid_output_tokens=valid_tokens,
         latency_p50_ms=percentile_ms(e2e, 50),
@@ -411,8 +428,8 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         itl_p95_ms=float(np.percentile(itl, 95)) if itl else None,
         itl_p99_ms=float(np.percentile(itl, 99)) if itl else None,
         good_requests=len(good),
-        goodput_req_s=per_second(len(good), wall),
-        good_tok_s=per_second(sum(r.output_tokens or 0 for r in good), wall),
+        goodput_req_s=per_second(len(good), span),
+        good_tok_s=per_second(sum(r.output_tokens or 0 for r in good), span),
         connect_p95_ms=percentile_ms([r.t_connected - r.t_send for r in measured if r.t_connected is not None], 95),
         new_connection_rate=float(np.mean(fresh)) if (fresh := [r.new_connection for r in measured if r.new_connection is not None]) else None,
         cached_prompt_share=cached_share(measured),

@@ -51,6 +51,16 @@ def test_level_metrics_by_hand():
     assert m.stalled_stream_rate == 0.0
 
 
+def test_throughputs_leave_out_the_server_time_of_unmeasured_requests_beside_the_measured():
+    measured = [rec(0.0, 0.1, 1.0, 10), rec(0.0, 0.1, 2.0, 10)]
+    tail = rec(1.0, 0.1, 2.0, 50, warmup=True)  # a closed loop's tail: runs 1.0-3.0, the level ends at 2.0
+    m = level_metrics([*measured, tail])
+    assert m.wall_s == pytest.approx(2.0) and m.achieved_concurrency == pytest.approx(2.0)
+    # 3 of the 4 request-seconds in flight over the 2 s were the measured requests': a 1.5 s span
+    assert m.effective_tok_s == pytest.approx(20 / 1.5) and m.requests_per_s == pytest.approx(2 / 1.5)
+    assert level_metrics(measured).effective_tok_s == pytest.approx(20 / 2.0)  # alone: the wall time
+
+
 def test_streams_read_in_one_piece_are_flagged():
     records = [
         rec(0.0, 0.95, 1.0, 40),  # first content after 95% of the latency: read in one piece
