@@ -24,11 +24,11 @@ Definitions (vLLM ``bench serve`` where they overlap):
   included: the same client streams another arm cleanly at the same level) or the client stalled, and
   then the level's TTFT and TPOT are suspect (the gate tells the two apart by the other arms).
 - achieved concurrency: time-weighted mean number of requests in flight (send to last byte, warm-up
-  and tail requests included) over the level's wall time, the span its throughput is measured over. A
-  closed loop of N users that keeps its concurrency holds ~N: its users send unmeasured tail requests
-  while its last measured ones run (``plan.LevelPlan``), so no drain counts against it. Those and the
-  warm-ups share the server with the measured requests at the span's two ends, alike in every arm. Every closed-loop level measures at least MIN_WAVES rounds of its users, in whole waves with its warm-up (``RunConfig.measured_requests``):
-  a single burst holds its concurrency over its own span by construction and measures nothing steady.
+  and tail requests included) over the level's wall time. A closed loop of N users that keeps its
+  concurrency holds ~N: its users send unmeasured tail requests while its last measured ones run
+  (``plan.LevelPlan``), so its end does not drain. Every closed-loop level measures at least MIN_WAVES
+  rounds of its users, in whole waves with its warm-up (``RunConfig.measured_requests``): a single
+  burst holds its concurrency over its own span by construction and measures nothing steady.
 - connect P95: send -> connection ready (the client's share of TTFT; ~0 when connections are reused);
   new-connection rate: the measured requests that had to connect.
 - ITL (inter-token latency, as ``vllm bench serve`` defines it): the gaps between successive chunks of
