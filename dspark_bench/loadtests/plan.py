@@ -66,7 +66,8 @@ class LevelPlan:
     users tail tickets (``is_tail``: not measured, recorded as warm-up) while any of its measured tickets
     is still in flight, so that its last measured answers run under the load the level names instead of
     alone: where answer lengths vary (25 tokens to 512), the drain of a fixed number of requests otherwise
-    held 4-5 of 8 users over a level.
+    held 4-5 of 8 users over a level. Tails take the samples past the first ``total`` (a sweep's level
+    has as many spare as it measures, ``RunConfig.level_prompts``), in turn, then those again.
 
     Its fields are of three kinds. What the level asks (``WIRED``: sent to Locust workers as they are,
     ``workers.plan_message``), with ``request`` and ``arrivals`` sent whole and ``samples`` rebuilt by each
@@ -76,7 +77,7 @@ class LevelPlan:
     arm: str = field(metadata=WIRED)
     level: float = field(metadata=WIRED)  # users of a closed loop (0: the user count Locust reports, web UI runs), or the rate of an open one
     request: RequestSettings
-    samples: list[Sample]  # cycled if shorter than warmup + count
+    samples: list[Sample]  # cycled if shorter than warmup + count; past it, the tails' (``_sample_of``)
     sink: RecordSink
     count: int | None = field(metadata=WIRED)  # None: run until stopped (Locust UI)
     warmup: int = field(default=0, metadata=WIRED)
@@ -115,7 +116,15 @@ class LevelPlan:
             if self.arrivals is not None and not self._due:
                 start = self.start_at if self.start_at is not None else time.time()
                 self._due = [start + offset for offset in self.arrivals.offsets(total or 1_000_000)]
-        return self.samples[index % len(self.samples)], index < self.warmup or self.is_tail(index), index
+        return self.samples[self._sample_of(index)], index < self.warmup or self.is_tail(index), index
+
+    def _sample_of(self, index: int) -> int:
+        """Which sample ticket ``index`` sends: its own, cycling; a tail, the spare samples past ``total``."""
+        total = self.total
+        spare = len(self.samples) - total if total is not None else 0
+        if total is not None and index >= total and spare > 0:
+            return total + (index - total) % spare
+        return index % len(self.samples)
 
     def is_tail(self, index: int) -> bool:
         """Ticket ``index`` comes after the level's measured tickets: sent only to keep the load on."""

@@ -348,7 +348,7 @@ def prompt_block(config: RunConfig, repeat: int, level_index: int) -> tuple[int,
     earlier repeat's prompts in a prefix cache and the repeats are independent. Each repeat takes a span of
     every level's block whether or not the level runs in it (level_repeats, budget_minutes), so any number
     of repeats lays out alike. A trace replays its own requests in every repeat."""
-    sizes = [config.warmup_requests + config.measured_requests(level) for level in config.rates or config.levels]
+    sizes = [config.level_prompts(level) for level in config.rates or config.levels]
     if config.trace is not None:
         return 0, sizes[level_index]  # a trace's requests are the trace, in its order
     return repeat * sum(sizes) + sum(sizes[:level_index]), sizes[level_index]

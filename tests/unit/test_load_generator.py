@@ -38,7 +38,7 @@ def test_a_closed_loop_holds_its_load_until_its_last_measured_answer(tmp_path):
     # every 10th answer 20x as long as the others: 5 long answers in the level's 50, as a model's answers vary
     url, server = start_fake_stream_server("--tokens", "10", "--token-ms", "5", "--long-every", "10", "--long-tokens", "200")
     try:
-        samples = list(load_scenario("order_extraction").samples(Split.EVAL, 50))
+        samples = list(load_scenario("order_extraction").samples(Split.EVAL, 100))  # 50 sent, 50 spare for the tails
         plan = LevelPlan("fake", 8, RequestSettings("fake", Mode.JSON_OBJECT), samples, RunFolderSink(tmp_path), 48, warmup=2)
         run_level(Endpoint("fake", url, "fake"), plan, timeout_s=120, progress_every_s=60)
     finally:
@@ -48,6 +48,7 @@ def test_a_closed_loop_holds_its_load_until_its_last_measured_answer(tmp_path):
     tails = [r for r in plan.records if r.tail]
     assert metrics.requests == 48 and metrics.rate_http_error == 0  # tails are load, never measured
     assert tails and all(r.warmup and r.request_id.endswith(".tail") for r in tails)
+    assert not {r.seed for r in tails} & {s.seed for s in samples[:50]}  # a tail never finds its prompt in a cache
     # without tails the last long answers ran nearly alone: 5.3 of the 8 users over the level
     assert metrics.achieved_concurrency >= MIN_CONCURRENCY_SHARE * 8, metrics.achieved_concurrency
 
