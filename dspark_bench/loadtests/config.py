@@ -228,12 +228,13 @@ class RunConfig:
         return -(-(wanted + self.warmup_requests) // users) * users - self.warmup_requests
 
     def level_prompts(self, level: float) -> int:
-        """Prompts of one level's block: its warm-up and measured requests', and, for a closed loop, as many
-        again as it measures for its tail requests (``plan.LevelPlan``), so that a tail never finds its prompt
-        in a prefix cache (an arm that caches prefixes would otherwise serve its tails cheaper than one that
-        does not, and its last measured answers beside them faster)."""
+        """Prompts of one level's block: its warm-up and measured requests', and, for a closed loop of two
+        users or more, as many again as it measures for its tail requests (``plan.LevelPlan``; one user sends
+        none), so that a tail never finds its prompt in a prefix cache (an arm that caches prefixes would
+        otherwise serve its tails cheaper than one that does not, and its last measured answers beside them
+        faster)."""
         sent = self.warmup_requests + self.measured_requests(level)
-        return sent if self.rates else sent + self.measured_requests(level)
+        return sent if self.rates or level < 2 else sent + self.measured_requests(level)
 
 
 def settings() -> dict[str, Setting]:
