@@ -170,11 +170,9 @@ def closed_loop_tok_s(concurrency: int, tokens: np.ndarray, latency_s: np.ndarra
     return concurrency * np.asarray(tokens).sum(axis=-1) / np.asarray(latency_s).sum(axis=-1)
 
 
-def throughput_span_s(records: Sequence[RequestRecord]) -> float:
-    """The seconds a level's throughputs are over (see the module's definitions): its measured requests'
-    summed latency / its achieved concurrency; the wall time where nothing is known to have run beside them."""
-    measured = [r for r in records if not r.warmup]
-    in_flight = achieved_concurrency(records)
+def throughput_span_s(measured: Sequence[RequestRecord], in_flight: float | None) -> float:
+    """The seconds a level's throughputs are over (see the module's definitions): its ``measured`` requests'
+    summed latency / ``in_flight``, its achieved concurrency; the wall time where that is not known."""
     latency = sum(e2e for r in measured if (e2e := r.e2e_s) is not None)
     return latency / in_flight if in_flight and latency > 0 else wall_time_s(measured)
 
@@ -370,7 +368,8 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
     measured = [r for r in records if not r.warmup]
     n = len(measured)
     wall = wall_time_s(measured)
-    span = throughput_span_s(records)
+    in_flight = achieved_concurrency(records)
+    span = throughput_span_s(measured, in_flight)
     completed = [r for r in measured if r.verdict not in FAILED]
     verdicts = Counter(r.verdict for r in measured)
     tokens = sum(r.output_tokens or 0 for r in measured)
@@ -419,7 +418,7 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         field_accuracy=float(np.mean(accuracies)) if accuracies else None,
         exact_match_rate=float(np.mean(exact)) if exact else None,
         stalled_stream_rate=len(stalled) / len(streamed) if streamed else 0.0,
-        achieved_concurrency=achieved_concurrency(records),
+        achieved_concurrency=in_flight,
         achieved_rate=achieved_rate(records),
         scheduled_rate=scheduled_rate(records),
         send_lag_p95_ms=percentile_ms([r.t_send - r.t_scheduled for r in measured if r.t_scheduled is not None], 95),

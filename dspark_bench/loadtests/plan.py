@@ -109,22 +109,22 @@ class LevelPlan:
                 return None
             turn, slot = divmod(self._issued, len(self.slots))
             index = turn * self.cycle + self.slots[slot]
-            if self.aborted or (self.is_tail(index) and not self._holds_load()):
+            tail = self.is_tail(index)
+            if self.aborted or (tail and not self._holds_load()):
                 return None
             self._issued += 1
-            self._own_issued += not self.is_tail(index)
+            self._own_issued += not tail
             if self.arrivals is not None and not self._due:
                 start = self.start_at if self.start_at is not None else time.time()
                 self._due = [start + offset for offset in self.arrivals.offsets(total or 1_000_000)]
-        return self.samples[self._sample_of(index)], index < self.warmup or self.is_tail(index), index
+        return self.samples[self._sample_of(index)], index < self.warmup or tail, index
 
     def _sample_of(self, index: int) -> int:
         """Which sample ticket ``index`` sends: its own, cycling; a tail, the spare samples past ``total``."""
         total = self.total
-        spare = len(self.samples) - total if total is not None else 0
-        if total is not None and index >= total and spare > 0:
-            return total + (index - total) % spare
-        return index % len(self.samples)
+        if total is None or index < total or len(self.samples) <= total:
+            return index % len(self.samples)
+        return total + (index - total) % (len(self.samples) - total)
 
     def is_tail(self, index: int) -> bool:
         """Ticket ``index`` comes after the level's measured tickets: sent only to keep the load on."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -82,8 +82,8 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> RequestRecord:
-        values: dict[str, Any] = {k: row.get(k) for k in cls.__dataclass_fields__}
-        values["tail"] = bool(values["tail"])  # older runs have no tails
+        # a field a row lacks takes its default, or None (``tail``: older runs have none)
+        values: dict[str, Any] = {f.name: row.get(f.name, None if f.default is MISSING else f.default) for f in fields(cls)}
         return cls(**values)
 
 
