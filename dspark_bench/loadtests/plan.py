@@ -148,8 +148,7 @@ class LevelPlan:
     def complete(self, record: RequestRecord) -> None:
         self.sink.write(record)
         with self._lock:
-            if not record.tail:
-                self._done += record.ends_ticket
+            self._done += record.ends_ticket
             if self.count is not None:  # web UI runs go on for hours: their records live on disk only
                 self.records.append(record)
 

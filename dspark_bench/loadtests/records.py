@@ -76,9 +76,9 @@ class RequestRecord:
 
     @property
     def ends_ticket(self) -> bool:
-        """This record completes its ticket: a single request, or a session's last turn, or the turn whose
-        answer ended the session (not valid)."""
-        return self.turn is None or self.turn + 1 >= (self.turns or 0) or self.verdict != "valid"
+        """This record completes one of its level's tickets: a single request, or a session's last turn, or the
+        turn whose answer ended the session (not valid). A tail request holds load and completes none."""
+        return not self.tail and (self.turn is None or self.turn + 1 >= (self.turns or 0) or self.verdict != "valid")
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> RequestRecord:

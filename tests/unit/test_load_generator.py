@@ -53,6 +53,30 @@ def test_a_closed_loop_holds_its_load_until_its_last_measured_answer(tmp_path):
     assert metrics.achieved_concurrency >= MIN_CONCURRENCY_SHARE * 8, metrics.achieved_concurrency
 
 
+def test_locusts_own_cli_ends_a_counted_swarm_after_its_last_measured_answer(tmp_path):
+    """``locust -f locustfile.py --requests N``: the swarm ends once its N measured answers are in; the tails
+    the free users send meanwhile (here while the 3rd answer, 30x as long, runs) count toward none of them."""
+    import subprocess
+    import sys
+
+    from dspark_bench.loadtests.records import read_records
+    from dspark_bench.loadtests.workers import LOCUSTFILE
+
+    url, server = start_fake_stream_server("--tokens", "5", "--token-ms", "10", "--long-every", "3", "--long-tokens", "150")
+    try:
+        command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "2", "-r", "2", "--requests", "4"]
+        command += ["-t", "100s", "--host", url, "--mode", "json_object", "--run-dir", str(tmp_path), "--only-summary"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    finally:
+        server.kill()
+        server.wait()
+    assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: some answers failed validation (the fake's JSON)
+    records = read_records(tmp_path)
+    measured = [r for r in records if not r.tail]
+    assert len(measured) == 4 and all(r.error is None for r in measured), [(r.request_id, r.error) for r in measured]
+    assert any(r.tail for r in records)  # the free user held the load meanwhile
+
+
 def _connections(base_url: str) -> int:
     return httpx.get(f"{base_url}/v1/models", timeout=10).json()["connections"]
 
