@@ -21,6 +21,9 @@
   draft was rejected and is written again by the next step), the later write wins, as it would have
   step by step. A rejected draft's position is written again before any draft can read it: the
   drafter reads context only below the request's length.
+- Drafts picked in float32: on the CPU, torch's argmax over bfloat16 logits takes five times as long as over
+  float32 (96 rows of 3,308: 1.06 ms against 0.19 on the 2-core AVX-512 EPYC), 3% of a step at 8 users.
+  float32 holds every bfloat16 value exactly, so the same token wins, ties included.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ REPLACES = (
     "vllm.model_executor.models.qwen3_dflash:DFlashQwen3Model._normalize_context_k",
     "vllm.v1.spec_decode.dflash:DFlashProposer.propose",
     "vllm.v1.worker.gpu_model_runner:GPUModelRunner.propose_draft_token_ids",
+    "vllm.v1.spec_decode.dflash:DFlashProposer._greedy_sample",
 )
 READS = (
     "vllm.v1.spec_decode.dflash:DFlashProposer.set_inputs_first_pass",
@@ -235,7 +239,30 @@ def skip_forward_at_zero_drafts() -> None:
     DFlashProposer.propose = context_only_at_zero
 
 
+def greedy_tokens(logits):
+    """Each row's first highest-scoring token, as ``argmax`` over ``logits`` gives it, over float32 values."""
+    return logits.float().argmax(dim=-1)
+
+
+def greedy_in_float32() -> None:
+    from vllm.platforms import current_platform
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+
+    if not current_platform.is_cpu() or getattr(DFlashProposer._greedy_sample, "_dspark", False):
+        return
+    greedy_sample = DFlashProposer._greedy_sample
+
+    def in_float32(self, hidden_states):
+        if self.use_local_argmax_reduction or self.use_heterogeneous_vocab:  # vLLM's own paths for those
+            return greedy_sample(self, hidden_states)
+        return greedy_tokens(self.model.compute_logits(hidden_states))
+
+    in_float32._dspark = True  # type: ignore[attr-defined]
+    DFlashProposer._greedy_sample = in_float32
+
+
 def install() -> None:
     fix_context_k_norm()
+    greedy_in_float32()
     skip_forward_at_zero_drafts()
     defer_context_at_zero_drafts()

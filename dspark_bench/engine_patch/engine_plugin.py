@@ -11,6 +11,7 @@ Each module below replaces named internals of the supported vLLM (its ``REPLACES
 - ``engine_drafts``: drafts made in the engine core without a drafter pass, of the text each request
   repeats (``repeat_drafts``; on) and of the text its grammar forces (``grammar_drafts``; opt-in);
 - ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
+- ``draft_handoff``: a step's drafts come back with its sampled tokens, not in a round trip of their own;
 - ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from dspark_bench.engine_patch import (
     dflash_fixes,
+    draft_handoff,
     engine_drafts,
     grammar_counter,
     grammar_drafts,
@@ -35,9 +37,10 @@ GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, w
 # "1": drafts from the grammar's forced text; off by default, measured slower (benchmarks/dspark/RESULTS.md)
 GRAMMAR_DRAFTS_ENV = "DSPARK_GRAMMAR_DRAFTS"
 REPEAT_DRAFTS_ENV = "DSPARK_REPEAT_DRAFTS"  # "0": no drafts of the request's own repeated text
+HANDOFF_ENV = "DSPARK_DRAFT_HANDOFF"  # "0": the engine core asks for each step's drafts, as vLLM does
 TOUCHPOINTS: dict[str, tuple[str, ...]] = {
     module.__name__.rsplit(".", 1)[1]: (*getattr(module, "REPLACES", ()), *getattr(module, "READS", ()))
-    for module in (grammar_counter, speculation_gate, engine_drafts, grammar_drafts, no_draft_step, dflash_fixes)
+    for module in (grammar_counter, speculation_gate, engine_drafts, grammar_drafts, no_draft_step, dflash_fixes, draft_handoff)
 }
 
 
@@ -53,6 +56,8 @@ def register() -> None:
         dflash_fixes.install()
     if facts.get("drafter", "off") != "off":
         no_draft_step.install(counters)
+        if os.environ.get(HANDOFF_ENV, "1") != "0":
+            draft_handoff.install(draft_handoff.Handoff(counters))  # first: the gate's and engine_drafts' hooks wrap it
         gate = None
         if os.environ.get(GATE_ENV, "1") != "0":
             gate = speculation_gate.SpeculationGate(counters)

@@ -50,6 +50,8 @@ EXPORTED_COUNTERS = (
     ("grammar_drafts_accepted", "Of those, the ones the target accepted: output tokens that came from grammar drafts"),
     ("repeat_draft_tokens", "Draft tokens verified that repeated the request's own text (no drafter pass)"),
     ("repeat_drafts_accepted", "Of those, the ones the target accepted: output tokens that came from repeat drafts"),
+    ("carried_draft_steps", "Engine steps whose drafts came back with the step's sampled tokens"),
+    ("fetched_draft_steps", "Engine steps whose drafts the engine core asked the worker for, in a round trip of their own"),
 )
 
 

@@ -26,6 +26,8 @@ ENGINE_DRAFTED = "dspark_engine_drafted"
 # verified, and of those landed. Then what a step costs on this
 # machine as the gate measured it (microseconds: fixed, per scheduled position, drafter pass), and what
 # those costs choose: the largest batch at which a request with the server's recent acceptance drafts.
+# Last, steps whose drafts came back with the step's output, and those the engine core asked the worker
+# for in a round trip of their own (draft_handoff).
 COUNTERS = (
     "grammar_forced_tokens",
     "constrained_tokens",
@@ -41,6 +43,8 @@ COUNTERS = (
     "step_per_position_us",
     "drafter_pass_us",
     "drafts_pay_to_batch",
+    "carried_draft_steps",
+    "fetched_draft_steps",
 )
 MEASURES = ("step_fixed_us", "step_per_position_us", "drafter_pass_us", "drafts_pay_to_batch")  # set, not summed: the largest over processes
 

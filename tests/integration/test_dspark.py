@@ -106,6 +106,7 @@ STOCK_ANSWERS: dict[str, str] = {}
 def test_lossless_and_speculation_accepted(servers, arm):
     stock, dspark = servers["stock"], servers[arm]
     before = scrape(dspark.base_url)
+    status_before = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 12))
     differing = []
     for sample in samples:
@@ -117,10 +118,14 @@ def test_lossless_and_speculation_accepted(servers, arm):
         if got != expected:
             differing.append(sample.request_id)
     after = scrape(dspark.base_url)
+    status = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
     assert not differing  # the README's claim: speculation does not change the output
     accepted = after["vllm:spec_decode_num_accepted_tokens"] - before.get("vllm:spec_decode_num_accepted_tokens", 0)
     steps = after["vllm:spec_decode_num_drafts"] - before.get("vllm:spec_decode_num_drafts", 0)
     assert accepted > 0
+    # every step's drafts came back with its sampled tokens (draft_handoff), none in a round trip of their own
+    assert status["carried_draft_steps"] > status_before["carried_draft_steps"]
+    assert status["fetched_draft_steps"] == status_before["fetched_draft_steps"]
     if arm == "dspark":
         # The block drafter lands nearly every draft it is asked for (0.98 of them, 4.6 a step, on an AVX-512
         # EPYC); with vLLM CPU's grouped context K-norm left uncorrected (dflash_fixes) its later layers

@@ -8,9 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dspark_bench.engine_patch import engine_drafts, engine_plugin, grammar_counter, no_draft_step, speculation_gate
-from dspark_bench.engine_patch.dflash_fixes import normalize_per_layer
-from dspark_bench.engine_patch.engine_plugin import GRAMMAR_DRAFTS_ENV, REPEAT_DRAFTS_ENV
+from dspark_bench.engine_patch import (
+    draft_handoff,
+    engine_drafts,
+    engine_plugin,
+    grammar_counter,
+    no_draft_step,
+    speculation_gate,
+)
+from dspark_bench.engine_patch.dflash_fixes import greedy_tokens, normalize_per_layer
+from dspark_bench.engine_patch.engine_plugin import GRAMMAR_DRAFTS_ENV, HANDOFF_ENV, REPEAT_DRAFTS_ENV
 from dspark_bench.engine_patch.grammar_counter import GrammarForcedCounter, single_token_rows
 from dspark_bench.engine_patch.state import STATUS_ENV, EngineCounters, read_counters
 
@@ -94,12 +101,14 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     monkeypatch.setattr(grammar_counter, "install", lambda counter: installed.append("grammar"))
     monkeypatch.setattr(speculation_gate, "install", lambda gate: installed.append("gate"))
     monkeypatch.setattr(no_draft_step, "install", lambda counters=None: installed.append("sampler"))
+    monkeypatch.setattr(draft_handoff, "install", lambda handoff: installed.append("handoff"))
     def engine_drafts_installed(repeat, grammar, learned_rate):
         installed.append("+".join(name for name, on in (("repeat", repeat), ("grammar-drafts", grammar)) if on) or "no-engine-drafts")
 
     monkeypatch.setattr(engine_drafts, "install", engine_drafts_installed)
     monkeypatch.delenv(GRAMMAR_DRAFTS_ENV, raising=False)
     monkeypatch.delenv(REPEAT_DRAFTS_ENV, raising=False)
+    monkeypatch.delenv(HANDOFF_ENV, raising=False)
     monkeypatch.delenv(STATUS_ENV, raising=False)
     monkeypatch.setenv("DSPARK_STATE_DIR", str(tmp_path))
     engine_plugin.register()  # a stock server on the same installation
@@ -112,14 +121,16 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True, "drafter": "ngram"}))
     engine_plugin.register()
     # repeat drafts: on by default
-    assert installed == ["grammar", "sampler", "gate", "repeat", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
+    # the handoff first: the gate's and engine drafts' post_step hooks wrap it
+    assert installed == ["grammar", "sampler", "handoff", "gate", "repeat", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
     monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "1")  # grammar drafts: opt-in
     engine_plugin.register()
-    assert installed[5:] == ["sampler", "gate", "repeat+grammar-drafts", "grammar"]
+    assert installed[6:] == ["sampler", "handoff", "gate", "repeat+grammar-drafts", "grammar"]
     monkeypatch.setenv(REPEAT_DRAFTS_ENV, "0")
     monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "0")
+    monkeypatch.setenv(HANDOFF_ENV, "0")
     engine_plugin.register()
-    assert installed[9:] == ["sampler", "gate", "no-engine-drafts", "grammar"]
+    assert installed[11:] == ["sampler", "gate", "no-engine-drafts", "grammar"]
 
 
 def test_agrees_with_xgrammar_on_a_real_grammar():
@@ -137,6 +148,15 @@ def test_agrees_with_xgrammar_on_a_real_grammar():
         assert matcher.accept_token(token)
     matcher.fill_next_token_bitmask(bitmask)
     assert single_token_rows(bitmask.numpy())[0]  # after the top-level close: end of sequence only
+
+
+def test_drafts_picked_in_float32_are_bfloat16s_argmax_ties_included():
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator().manual_seed(0)
+    # few distinct values: most rows hold their highest score more than once
+    logits = torch.randint(0, 6, (96, 3308), generator=generator).to(torch.bfloat16) * 0.125
+    assert (logits == logits.max(dim=-1, keepdim=True).values).sum(dim=-1).min() > 1
+    assert torch.equal(greedy_tokens(logits), logits.argmax(dim=-1))
 
 
 def test_dflash_context_keys_are_normalised_each_by_its_own_layer():
