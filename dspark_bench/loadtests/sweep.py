@@ -62,9 +62,9 @@ class RunAborted(RuntimeError):
 
 
 def _progress(plan: LevelPlan, started: float) -> str:
-    records = list(plan.records)
-    tokens = sum(r.output_tokens or 0 for r in records if not r.warmup)
-    invalid = sum(1 for r in records if r.verdict != "valid")
+    measured = [r for r in plan.records if not r.warmup]  # warm-up and tail requests (cancelled ones too) are not
+    tokens = sum(r.output_tokens or 0 for r in measured)
+    invalid = sum(1 for r in measured if r.verdict != "valid")
     unit = "sessions" if plan.samples and plan.samples[0].turns else "requests"  # agent sessions: a record per turn
     return (
         f"  {plan.arm:<22} {_label(plan):<6} {plan.completed:>4}/{plan.total} {unit}  "

@@ -179,3 +179,21 @@ def test_a_late_first_send_does_not_read_as_a_rate_above_the_schedule():
     metrics = level_metrics(records)
     assert metrics.scheduled_rate == pytest.approx(40.0)
     assert metrics.achieved_rate == pytest.approx(40.0)
+
+
+def test_progress_counts_only_measured_answers_as_not_valid():
+    import time
+
+    from dspark_bench.loadtests.openai_api import RequestSettings
+    from dspark_bench.loadtests.plan import LevelPlan
+    from dspark_bench.loadtests.records import DiscardingSink
+    from dspark_bench.loadtests.sweep import _progress
+    from dspark_bench.scenarios import Mode, Split, load_scenario
+
+    samples = list(load_scenario("order_extraction").samples(Split.EVAL, 4))
+    plan = LevelPlan("a", 2, RequestSettings("m", Mode.JSON_OBJECT), samples, DiscardingSink(), 2)
+    plan.complete(rec(0.0, 0.1, 1.0, 10))
+    plan.complete(rec(0.5, 0.1, 1.0, 10, verdict="http_error", warmup=True))  # a tail, cancelled at the level's end
+    assert "0 not valid" in _progress(plan, time.time() - 1)
+    plan.complete(rec(1.0, 0.1, 1.0, 10, verdict="parse_error"))
+    assert "1 not valid" in _progress(plan, time.time() - 1)
