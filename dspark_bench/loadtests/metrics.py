@@ -144,6 +144,7 @@ class LevelMetrics:
     session_success_rate: float | None = None
     turns_per_session: float | None = None
     cached_prompt_share_by_turn: list[float | None] | None = None  # turn 1, 2, ... of the sessions
+    span_s: float | None = None  # the throughput span every throughput is over (None: results that predate it)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -396,6 +397,7 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         requests=n,
         completed=len(completed),
         wall_s=wall,
+        span_s=span,
         effective_tok_s=per_second(valid_tokens, span),
         raw_tok_s=per_second(tokens, span),
         requests_per_s=per_second(len(completed), span),

@@ -33,6 +33,7 @@ SUMMARY_COLUMNS = {
     "server:grammar_draft_share": "grammar drafts",
     "server:repeat_draft_share": "repeat drafts",
     "other_cpu_share": "other CPU",
+    "span_s": "span s",  # what the throughputs are over; the wall time beside it
     "wall_s": "wall s",
 }
 RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit", "grammar drafts", "repeat drafts")
@@ -45,7 +46,8 @@ def summary_frame(results: RunResults) -> pd.DataFrame:
     df = levels_frame(results)
     if df.empty:
         return df
-    metrics = [c for c in SUMMARY_COLUMNS if not c.startswith("server:") or c in df]  # counters a server may lack
+    # counters a server may lack, and measures results from before them lack (span_s)
+    metrics = [c for c in SUMMARY_COLUMNS if c in df and df[c].notna().any()]
     grouped = df.groupby(["scenario", "level", "arm"], sort=True)[metrics].median().reset_index()
     if df["valid"].notna().any():  # a (scenario, level, arm) with any repeat that did not hold its load is flagged
         failed = df.groupby(["scenario", "level", "arm"], sort=True)["valid"].agg(lambda v: bool((v == False).any()))  # noqa: E712

@@ -58,6 +58,7 @@ def test_throughputs_leave_out_the_server_time_of_unmeasured_requests_beside_the
     assert m.wall_s == pytest.approx(2.0) and m.achieved_concurrency == pytest.approx(2.0)
     # 3 of the 4 request-seconds in flight over the 2 s were the measured requests': a 1.5 s span
     assert m.effective_tok_s == pytest.approx(20 / 1.5) and m.requests_per_s == pytest.approx(2 / 1.5)
+    assert m.span_s == pytest.approx(1.5)  # said beside the wall time: the summary's "span s"
     assert level_metrics(measured).effective_tok_s == pytest.approx(20 / 2.0)  # alone: the wall time
 
 
