@@ -54,15 +54,13 @@ class Handoff:
     def post_step(self, engine: Any, model_executed: bool, ask: Callable[[Any, bool], None]) -> None:
         """vLLM's post_step (``ask``), without its round trip where the step's output brought the drafts."""
         drafts, self.drafts = self.drafts, NOT_CARRIED
-        synchronous = not engine.async_scheduling and getattr(engine, "batch_queue", None) is None
-        if drafts is NOT_CARRIED or not (synchronous and model_executed and engine.check_for_draft_tokens):
-            if self.counters is not None and model_executed and engine.check_for_draft_tokens:
-                self.counters.add("fetched_draft_steps")
+        fetches = model_executed and engine.check_for_draft_tokens and not engine.async_scheduling  # vLLM's own test
+        carried = fetches and drafts is not NOT_CARRIED and getattr(engine, "batch_queue", None) is None
+        if self.counters is not None and fetches:
+            self.counters.add("carried_draft_steps" if carried else "fetched_draft_steps")
+        if not carried:
             ask(engine, model_executed)
-            return
-        if self.counters is not None:
-            self.counters.add("carried_draft_steps")
-        if drafts is not None:
+        elif drafts is not None:
             engine.scheduler.update_draft_token_ids(drafts)
 
 
