@@ -1,5 +1,5 @@
 """Drafts made in vLLM's engine core, with no drafter pass: the text a request repeats (``repeat_drafts``,
-on by default) and the text its grammar forces (``grammar_drafts``, opt-in).
+on by default) and the text its grammar forces (``grammar_drafts``, on by default).
 
 After each step (``EngineCore.post_step``, after the learned drafter's drafts were fetched and cut by the
 speculation gate), every running request may verify one source's drafts next step: the learned drafter's,

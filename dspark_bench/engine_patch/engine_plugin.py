@@ -9,7 +9,7 @@ Each module below replaces named internals of the supported vLLM (its ``REPLACES
 - ``grammar_counter``: counts grammar-forced tokens (structured-output manager);
 - ``speculation_gate``: drafts only where they pay, per request (scheduler, engine core);
 - ``engine_drafts``: drafts made in the engine core without a drafter pass, of the text each request
-  repeats (``repeat_drafts``; on) and of the text its grammar forces (``grammar_drafts``; opt-in);
+  repeats (``repeat_drafts``) and of the text its grammar forces (``grammar_drafts``), both on by default;
 - ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
 - ``draft_handoff``: a step's drafts come back with its sampled tokens, not in a round trip of their own;
 - ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
@@ -34,8 +34,7 @@ from dspark_bench.engine_patch import (
 from dspark_bench.engine_patch.state import STATE_DIR_ENV, STATUS_ENV, engine_counters
 
 GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
-# "1": drafts from the grammar's forced text; off by default, measured slower (benchmarks/dspark/RESULTS.md)
-GRAMMAR_DRAFTS_ENV = "DSPARK_GRAMMAR_DRAFTS"
+GRAMMAR_DRAFTS_ENV = "DSPARK_GRAMMAR_DRAFTS"  # "0": no drafts of the text the request's grammar forces
 REPEAT_DRAFTS_ENV = "DSPARK_REPEAT_DRAFTS"  # "0": no drafts of the request's own repeated text
 HANDOFF_ENV = "DSPARK_DRAFT_HANDOFF"  # "0": the engine core asks for each step's drafts, as vLLM does
 TOUCHPOINTS: dict[str, tuple[str, ...]] = {
@@ -66,7 +65,7 @@ def register() -> None:
         learned_rate = gate.rate if gate is not None else (lambda request_id: 1.0)
         engine_drafts.install(
             repeat_drafts.RepeatDrafter(counters, verify_cost) if os.environ.get(REPEAT_DRAFTS_ENV, "1") != "0" else None,
-            grammar_drafts.GrammarDrafter(counters, verify_cost) if os.environ.get(GRAMMAR_DRAFTS_ENV, "0") == "1" else None,
+            grammar_drafts.GrammarDrafter(counters, verify_cost) if os.environ.get(GRAMMAR_DRAFTS_ENV, "1") != "0" else None,
             learned_rate,
         )
     grammar_counter.install(grammar_counter.GrammarForcedCounter(counters))

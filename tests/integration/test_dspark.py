@@ -7,7 +7,7 @@ import sys
 import httpx
 import pytest
 
-from dspark_bench.engine_patch.engine_plugin import GATE_ENV, GRAMMAR_DRAFTS_ENV
+from dspark_bench.engine_patch.engine_plugin import GATE_ENV
 from dspark_bench.loadtests.config import DEFAULT_MODEL, REPO_ROOT
 from dspark_bench.loadtests.deploy.base import ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
@@ -37,7 +37,7 @@ def servers(tmp_path_factory, stock_server):
             env,
         ),
         # The drafter for models that ship no draft model: structure memory + prompt copy; with the
-        # speculation gate off, so that every draft is verified on any machine, and grammar drafts on.
+        # speculation gate off, so that every draft (grammar drafts too) is verified on any machine.
         ServerSpec(
             "structure",
             str(DEFAULT_MODEL),
@@ -45,7 +45,7 @@ def servers(tmp_path_factory, stock_server):
             [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
             common,
             [*ARTICLE_FLAGS, "--dspark-drafter", "structure"],
-            {**env, GATE_ENV: "0", GRAMMAR_DRAFTS_ENV: "1"},
+            {**env, GATE_ENV: "0"},
         ),
         # A drafter whose drafts miss by construction (its weights redrawn at random): the workload where
         # nothing lands, for the speculation gate.

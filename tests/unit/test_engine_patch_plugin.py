@@ -120,12 +120,12 @@ def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
     assert installed == ["grammar"]  # speculation off: nothing to gate
     monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True, "drafter": "ngram"}))
     engine_plugin.register()
-    # repeat drafts: on by default
+    # repeat and grammar drafts: on by default
     # the handoff first: the gate's and engine drafts' post_step hooks wrap it
-    assert installed == ["grammar", "sampler", "handoff", "gate", "repeat", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
-    monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "1")  # grammar drafts: opt-in
+    assert installed == ["grammar", "sampler", "handoff", "gate", "repeat+grammar-drafts", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
+    monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "0")
     engine_plugin.register()
-    assert installed[6:] == ["sampler", "handoff", "gate", "repeat+grammar-drafts", "grammar"]
+    assert installed[6:] == ["sampler", "handoff", "gate", "repeat", "grammar"]
     monkeypatch.setenv(REPEAT_DRAFTS_ENV, "0")
     monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "0")
     monkeypatch.setenv(HANDOFF_ENV, "0")

@@ -71,6 +71,28 @@ def test_no_matcher_or_a_finished_grammar_forces_nothing(matcher):
     )
 
 
+def test_json_object_requests_are_not_asked_for_forced_text(tokenizer):
+    """json_object's grammar forces nothing worth a draft: no lookup; a schema's grammar is asked."""
+    xgr = pytest.importorskip("xgrammar")
+    from vllm.sampling_params import StructuredOutputsParams
+
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    compiler = xgr.GrammarCompiler(info)
+
+    def request(params, grammar):
+        matcher = xgr.GrammarMatcher(grammar)
+        for token in _encode(tokenizer)('{"ok": tru'):  # "e" is forced in any JSON grammar here
+            assert matcher.accept_token(token)
+        return SimpleNamespace(structured_output_request=SimpleNamespace(params=params, grammar=SimpleNamespace(matcher=matcher)))
+
+    any_json = request(StructuredOutputsParams(json_object=True), compiler.compile_builtin_json_grammar())
+    assert any_json.structured_output_request.grammar.matcher.find_jump_forward_string() == "e"
+    assert jump_forward_string(any_json) == ""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    with_schema = request(StructuredOutputsParams(json=schema), compiler.compile_json_schema(json.dumps(schema)))
+    assert jump_forward_string(with_schema).startswith("e")
+
+
 def test_grammar_drafts_follow_their_acceptance_and_the_cost_of_a_position():
     cheap = GrammarDrafter(verify_cost=lambda: 0.05)  # an AMX CPU: a verified position costs ~5% of a step
 
