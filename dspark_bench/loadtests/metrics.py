@@ -29,6 +29,9 @@ Definitions (vLLM ``bench serve`` where they overlap):
   (``plan.LevelPlan``), so its end does not drain. Every closed-loop level measures at least MIN_WAVES
   rounds of its users, in whole waves with its warm-up (``RunConfig.measured_requests``): a single
   burst holds its concurrency over its own span by construction and measures nothing steady.
+- longest silence: the longest time during which some answer was streaming (first content to last byte)
+  and no answer of the level, warm-up and tails included, received anything. Beyond PAUSE_FLOOR_S and
+  PAUSE_P99_MULTIPLE times the level's P99 ITL the server or the host paused, and the level is not valid.
 - connect P95: send -> connection ready (the client's share of TTFT; ~0 when connections are reused);
   new-connection rate: the measured requests that had to connect.
 - ITL (inter-token latency, as ``vllm bench serve`` defines it): the gaps between successive chunks of
@@ -53,6 +56,7 @@ Definitions (vLLM ``bench serve`` where they overlap):
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -80,6 +84,12 @@ STARVED_WAIT_SHARE = 0.2
 # of the level and more) but ~1-2 ms a time, which moves no figure by 1%; one that cannot keep up waits
 # tens of milliseconds a time.
 LATE_READ_SHARE = 0.01
+# No answer received anything for this long while answers were streaming: the server or the host paused (a
+# first use of a code path paged back in, a stalled VM), and the level measured the pause, not the server.
+# Longer than PAUSE_FLOOR_S and PAUSE_P99_MULTIPLE times the level's P99 gap between chunks, so a slow
+# model's long prefill steps are no pause. Healthy levels of the 2-core runs went silent for 1-4x their P99.
+PAUSE_FLOOR_S = 1.0
+PAUSE_P99_MULTIPLE = 10.0
 
 
 def _starved(wait_share: float | None) -> bool:
@@ -145,6 +155,7 @@ class LevelMetrics:
     turns_per_session: float | None = None
     cached_prompt_share_by_turn: list[float | None] | None = None  # turn 1, 2, ... of the sessions
     span_s: float | None = None  # the throughput span every throughput is over (None: results that predate it)
+    longest_silence_ms: float | None = None  # longest time no streaming answer received anything (``longest_silence_s``)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -227,6 +238,51 @@ def scheduled_rate(records: Sequence[RequestRecord]) -> float | None:
     return _per_second([r.t_scheduled for r in records if not r.warmup and r.t_scheduled is not None])
 
 
+def longest_silence_s(records: Sequence[RequestRecord]) -> float | None:
+    """The longest time during which some answer was streaming (its first content to its last byte) and no
+    answer received anything, over every record of a level (warm-up and tails too); None where no answer
+    streamed. Pure."""
+    arrivals: list[float] = []
+    streams: list[tuple[float, float]] = []
+    for record in records:
+        if record.t_first_token is None or record.t_last_byte is None:
+            continue
+        streams.append((record.t_first_token, record.t_last_byte))
+        arrivals.append(record.t_first_token)
+        arrivals.extend(record.t_first_token + np.cumsum(record.itl_ms or ()) / 1000.0)
+        arrivals.append(record.t_last_byte)
+    if not streams:
+        return None
+    covered: list[list[float]] = []  # the union of the streams, in order
+    for start, end in sorted(streams):
+        if covered and start <= covered[-1][1]:
+            covered[-1][1] = max(covered[-1][1], end)
+        else:
+            covered.append([start, end])
+    starts = [start for start, _ in covered]
+    arrivals.sort()
+    longest = 0.0
+    for before, after in zip(arrivals, arrivals[1:], strict=False):
+        stream = bisect.bisect_right(starts, before) - 1
+        if stream >= 0 and after <= covered[stream][1]:
+            longest = max(longest, after - before)
+    return longest
+
+
+def pause_problems(longest_silence_ms: float | None, itl_p99_ms: float | None) -> list[str]:
+    """A level during which the server (or the host) paused: nothing streamed for longer than
+    PAUSE_FLOOR_S and PAUSE_P99_MULTIPLE times its P99 gap between chunks. Pure."""
+    if longest_silence_ms is None or itl_p99_ms is None:
+        return []
+    limit_ms = max(PAUSE_FLOOR_S * 1000.0, PAUSE_P99_MULTIPLE * itl_p99_ms)
+    if longest_silence_ms <= limit_ms:
+        return []
+    return [
+        f"the server paused: no answer received anything for {longest_silence_ms / 1000:.1f} s while answers were "
+        f"streaming (limit {limit_ms / 1000:.1f} s: {PAUSE_P99_MULTIPLE:g}x the P99 gap between chunks, at least {PAUSE_FLOOR_S:g} s)"
+    ]
+
+
 def level_problems(
     level: float, achieved: float | None, client_cpu_share: float | None, open_loop_rate: float | None = None
 ) -> list[str]:
@@ -304,6 +360,7 @@ def level_health(
     else:
         problems = level_problems(level, metrics.achieved_concurrency, client_share)
     problems += noise_problems(noise)  # a level measured beside other work measures that work too
+    problems += pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms)
     client_wait = waits.get("client_wait_share")
     lateness = read_lateness(waits.get("client_wait_per_slice_ms"), metrics.latency_p50_ms)
     if client_starved(client_wait, lateness):
@@ -434,5 +491,6 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         connect_p95_ms=percentile_ms([r.t_connected - r.t_send for r in measured if r.t_connected is not None], 95),
         new_connection_rate=float(np.mean(fresh)) if (fresh := [r.new_connection for r in measured if r.new_connection is not None]) else None,
         cached_prompt_share=cached_share(measured),
+        longest_silence_ms=None if (silence := longest_silence_s(records)) is None else silence * 1000.0,
         **session_metrics(measured),
     )

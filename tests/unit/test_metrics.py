@@ -198,3 +198,23 @@ def test_progress_counts_only_measured_answers_as_not_valid():
     assert "0 not valid" in _progress(plan, time.time() - 1)
     plan.complete(rec(1.0, 0.1, 1.0, 10, verdict="parse_error"))
     assert "1 not valid" in _progress(plan, time.time() - 1)
+
+
+def _streamed(t_send, ttft, gaps_ms):
+    record = rec(t_send, ttft, ttft + sum(gaps_ms) / 1000.0, len(gaps_ms) + 1)
+    record.itl_ms = list(gaps_ms)
+    return record
+
+
+def test_longest_silence_is_time_no_streaming_answer_received_anything():
+    from dspark_bench.loadtests.metrics import longest_silence_s
+
+    assert longest_silence_s([rec(0.0, None, 0.5, None, verdict="http_error")]) is None
+    # two answers streaming side by side every 10 ms, both silent from 0.5 s to 2.5 s
+    steady = [10.0] * 40
+    paused = [_streamed(0.0, 0.1, steady + [2010.0] + steady), _streamed(0.005, 0.1, steady + [2000.0] + steady)]
+    assert longest_silence_s(paused) == pytest.approx(2.0, abs=0.011)
+    # one answer pausing while the other streams is no silence; nor is the time between answers
+    apart = [_streamed(0.0, 0.1, steady + [2000.0]), _streamed(0.0, 0.1, [10.0] * 250), _streamed(10.0, 0.1, steady)]
+    assert longest_silence_s(apart) == pytest.approx(0.01, abs=0.006)
+    assert level_metrics(paused).longest_silence_ms == pytest.approx(2000.0, abs=11.0)

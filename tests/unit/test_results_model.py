@@ -110,6 +110,11 @@ def test_level_health_names_every_reason_a_level_is_not_a_measurement():
     late = level_health(4.0, _metrics(achieved_rate=2.0, scheduled_rate=3.9), {}, {}, 4.0, False, None)
     on_time = level_health(4.0, _metrics(achieved_rate=3.6, scheduled_rate=3.8), {}, {}, 4.0, False, None)
     assert not late.valid and on_time.valid
+    # the server paused: every stream silent for 8.7 s where chunks came 140 ms apart at worst
+    paused = level_health(64, _metrics(achieved_concurrency=64.0, longest_silence_ms=8745.0, itl_p99_ms=141.0), {}, {}, None, False, True)
+    assert not paused.valid and "the server paused" in paused.problems[0] and paused.load_problems == paused.problems
+    slow_model = _metrics(achieved_concurrency=64.0, longest_silence_ms=8745.0, itl_p99_ms=2000.0)  # long steps are no pause
+    assert level_health(64, slow_model, {}, {}, None, False, True).valid
 
 
 def test_machine_facts_round_trip_and_old_runs_lack_flags():
