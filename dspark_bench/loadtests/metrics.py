@@ -87,7 +87,8 @@ LATE_READ_SHARE = 0.01
 # No answer received anything for this long while answers were streaming: the server or the host paused (a
 # first use of a code path paged back in, a stalled VM), and the level measured the pause, not the server.
 # Longer than PAUSE_FLOOR_S and PAUSE_P99_MULTIPLE times the level's P99 gap between chunks, so a slow
-# model's long prefill steps are no pause. Healthy levels of the 2-core runs went silent for 1-4x their P99.
+# model's long prefill steps are no pause. The healthy levels of sessions 15-17's 2-core runs went silent for
+# at most 475 ms (``studies/silences.py``); the two pauses seen were 54x and 62x their P99.
 PAUSE_FLOOR_S = 1.0
 PAUSE_P99_MULTIPLE = 10.0
 

@@ -165,9 +165,10 @@ def test_two_local_workers_records_reach_the_master_once_each(stock_server, tmp_
     with open(f"{csv}_stats.csv") as f:
         header = f.readline().strip().split(",")
         aggregated = [line.split(",") for line in f if ",Aggregated," in line][0]
-    # Locust's own count holds the tails too, and can trail ours: a worker's last stats report may not reach
-    # the master at quit
-    assert 0 < int(aggregated[header.index("Request Count")]) <= len(every)
+    # Locust's own count holds the tails too, and never exceeds ours; it can trail it, down to 0 in a swarm
+    # shorter than a worker's 3-s report interval: at quit Locust's master waits 0.5 s for the workers' last
+    # reports, and on a busy 2-core machine they may come later
+    assert int(aggregated[header.index("Request Count")]) <= len(every)
     assert len(list((tmp_path / "responses" / "dist").glob("*.json"))) == len(every)
 
 

@@ -1,0 +1,53 @@
+"""Each level's longest silence against the pause limit the harness applies (``metrics.pause_problems``):
+the levels of older runs, made before the check, that a server's pause would now make not valid.
+
+    .venv/bin/python -m studies.silences RUN_DIR [RUN_DIR ...]
+
+RUN_DIR: a run folder with requests.jsonl or requests.jsonl.gz. Prints, per run, its levels' longest silence
+as a multiple of their P99 gap between chunks, worst first, and every level past the limit.
+"""
+
+import gzip
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from dspark_bench.loadtests.metrics import level_metrics, pause_problems
+from dspark_bench.loadtests.records import RequestRecord, read_records
+
+
+def run_records(run: Path) -> list[RequestRecord]:
+    if (plain := run / "requests.jsonl").exists():
+        return read_records(plain)
+    with tempfile.TemporaryDirectory() as scratch:
+        unpacked = Path(scratch) / "requests.jsonl"
+        unpacked.write_bytes(gzip.decompress((run / "requests.jsonl.gz").read_bytes()))
+        return read_records(unpacked)
+
+
+def main(runs: list[str]) -> int:
+    if not runs:
+        print("usage: python -m studies.silences RUN_DIR [RUN_DIR ...]", file=sys.stderr)
+        return 2
+    for run in map(Path, runs):
+        levels: dict[tuple[str, float, int], list[RequestRecord]] = defaultdict(list)
+        for record in run_records(run):
+            levels[(record.arm, record.level, record.repeat)].append(record)
+        found = []
+        for (arm, level, repeat), records in levels.items():
+            metrics = level_metrics(records)
+            if metrics.longest_silence_ms is not None and metrics.itl_p99_ms:
+                problems = pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms)
+                found.append((metrics.longest_silence_ms / metrics.itl_p99_ms, metrics.longest_silence_ms, arm, level, repeat, problems))
+        found.sort(reverse=True)
+        worst = ", ".join(f"{arm} {level:g} r{repeat} {silence:.0f} ms ({times:.1f}x)" for times, silence, arm, level, repeat, _ in found[:3])
+        print(f"{run}: {len(found)} levels; longest silences: {worst}")
+        for _, _, arm, level, repeat, problems in found:
+            for problem in problems:
+                print(f"  {arm} at {level:g}, repeat {repeat}: {problem}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
