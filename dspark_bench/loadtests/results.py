@@ -255,6 +255,12 @@ def levels_frame(results: RunResults) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(dict.fromkeys([*columns, *(k for row in rows for k in row)])))
 
 
+def measurements(rows: pd.DataFrame) -> pd.DataFrame:
+    """The ``levels_frame`` rows of levels that were measurements: a level that was not (``valid`` False)
+    pairs with nothing in a ratio between arms; ``valid`` None is a run before the checks."""
+    return rows[rows["valid"] != False] if "valid" in rows else rows  # noqa: E712
+
+
 def by_repeat(rows: pd.DataFrame, column: str) -> dict[int, float]:
     """``column`` of some ``levels_frame`` rows (one arm, scenario and level) by repeat number: what paired
     ratios between arms are taken over."""

@@ -26,7 +26,7 @@ from typing import Any
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import REFERENCE_ARM
 from dspark_bench.loadtests.machine import MachineFacts
-from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame
+from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame, measurements
 from dspark_bench.reports.history import MIN_HISTORY, history_limit
 from dspark_bench.reports.intervals import paired_ratio
 from dspark_bench.store import HistoryRow
@@ -136,11 +136,11 @@ def _by_arm_level(results: RunResults) -> dict[tuple[str, str, int], dict[str, A
         not_valid = 1.0 - rows["valid_rate"]
         out[(str(scenario), str(arm), int(level))] = {
             "eff": median,
-            "eff_by_repeat": by_repeat(rows, "effective_tok_s"),
+            "eff_by_repeat": by_repeat(measurements(rows), "effective_tok_s"),
             "spread": spread,
             "invalid": float(not_valid.max()),
             "p95": float(rows["latency_p95_ms"].median()),
-            "p95_by_repeat": by_repeat(rows, "latency_p95_ms"),
+            "p95_by_repeat": by_repeat(measurements(rows), "latency_p95_ms"),
             "problems": "; ".join(sorted({p for p in rows["problems"] if p})),
             "stalled": float(rows["stalled_stream_rate"].max()),
             "waits_measured": bool(rows["client_wait_share"].notna().all()),

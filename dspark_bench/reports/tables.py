@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from dspark_bench.loadtests.arms import ORACLE_ARM, REFERENCE_ARM
-from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame
+from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame, measurements
 from dspark_bench.reports.intervals import PairedRatio, paired_ratio
 
 SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective tok/s over the reference arm's, same scenario and level
@@ -60,8 +60,9 @@ def summary_frame(results: RunResults) -> pd.DataFrame:
 
 def ratios_to(df: pd.DataFrame, against: str) -> dict[tuple[str, float, str], PairedRatio]:
     """Per (scenario, level, arm) of ``levels_frame`` rows: the arm's effective tok/s over ``against``'s at the
-    same scenario and level, paired by repeat; absent where ``against`` did not run there."""
-    eff = {key: by_repeat(rows, "effective_tok_s") for key, rows in df.groupby(["scenario", "level", "arm"])}
+    same scenario and level, paired by repeat over the repeats in which both levels were measurements (a
+    level that was not, ``valid`` False, pairs with nothing); absent where no such pair is left."""
+    eff = {key: by_repeat(rows, "effective_tok_s") for key, rows in measurements(df).groupby(["scenario", "level", "arm"])}
     ratios = {}
     for (scenario, level, arm), mine in eff.items():
         if (paired := paired_ratio(eff.get((scenario, level, against)), mine)) is not None:

@@ -119,3 +119,19 @@ def test_level_health_names_every_reason_a_level_is_not_a_measurement():
 
 def test_machine_facts_round_trip_and_old_runs_lack_flags():
     assert MachineFacts.from_dict({"cpu": "X", "cores": 2, "summary": "ignored"}).cpu_flags is None
+
+
+def test_ratios_pair_only_the_repeats_in_which_both_levels_were_measurements():
+    import pandas as pd
+
+    from dspark_bench.reports.tables import ratios_to
+
+    rows = [("stock", 0, 100.0, True), ("stock", 1, 100.0, True), ("stock", 2, 40.0, False),  # paused
+            ("dspark", 0, 300.0, True), ("dspark", 1, 300.0, True), ("dspark", 2, 300.0, True)]  # fmt: skip
+    frame = pd.DataFrame(
+        [{"scenario": "s", "level": 8.0, "arm": arm, "repeat": repeat, "effective_tok_s": eff, "valid": valid} for arm, repeat, eff, valid in rows]
+    )
+    paired = ratios_to(frame, "stock")[("s", 8.0, "dspark")]
+    assert paired.repeats == 2 and paired.ratio == pytest.approx(3.0)  # not 7.5 from the paused level
+    before_the_check = ratios_to(frame.assign(valid=None), "stock")[("s", 8.0, "dspark")]
+    assert before_the_check.repeats == 3
