@@ -31,9 +31,8 @@ from dspark_bench.engine_patch import (
     repeat_drafts,
     speculation_gate,
 )
-from dspark_bench.engine_patch.state import STATE_DIR_ENV, STATUS_ENV, engine_counters
+from dspark_bench.engine_patch.state import GATE_ENV, STATE_DIR_ENV, STATUS_ENV, engine_counters
 
-GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
 GRAMMAR_DRAFTS_ENV = "DSPARK_GRAMMAR_DRAFTS"  # "0": no drafts of the text the request's grammar forces
 REPEAT_DRAFTS_ENV = "DSPARK_REPEAT_DRAFTS"  # "0": no drafts of the request's own repeated text
 HANDOFF_ENV = "DSPARK_DRAFT_HANDOFF"  # "0": the engine core asks for each step's drafts, as vLLM does

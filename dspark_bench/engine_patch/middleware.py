@@ -161,7 +161,9 @@ class DSparkMiddleware:
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         if path == STATUS_PATH and scope.get("method") == "GET":
-            payload = json.dumps({**self.facts, **_live_facts(), **engine_counts(), **speculation_counts()}).encode()
+            counts = engine_counts()
+            facts = {**self.facts, "acceptance_cap": observed_cap(self.facts.get("acceptance_cap"), counts)}
+            payload = json.dumps({**facts, **_live_facts(), **counts, **speculation_counts()}).encode()
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": payload})
             return None
@@ -198,6 +200,16 @@ class DSparkMiddleware:
 
             return await self.app(scope, replay, send)
         return await self.app(scope, receive, send)
+
+
+def observed_cap(expected: str | None, counts: dict[str, int]) -> str | None:
+    """Whether the acceptance cap acts, as the engine's steps show once it has run: a step scheduled
+    asynchronously bypasses it. Before any step (or with the cap off), what dspark-serve expected. Pure."""
+    if expected is None or expected.startswith("off") or not counts.get("engine_steps"):
+        return expected
+    if counts.get("async_steps"):
+        return f"inactive: {counts['async_steps']} of {counts['engine_steps']} steps scheduled asynchronously, where the cap does not act; fix: --no-async-scheduling"
+    return "active"
 
 
 def engine_counts() -> dict[str, int]:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from dspark_bench.engine_patch import SUPPORTED_VLLM
 from dspark_bench.engine_patch.flags import DSparkOptions, FlagError, parse
-from dspark_bench.engine_patch.state import SCHEMA_STATE_FILE, STATE_DIR_ENV, STATUS_ENV
+from dspark_bench.engine_patch.state import GATE_ENV, SCHEMA_STATE_FILE, STATE_DIR_ENV, STATUS_ENV
 
 NGRAM_LOOKUP = {"prompt_lookup_max": 5, "prompt_lookup_min": 2}
 DRAFT_MODEL_SIDECAR = "dspark.json"  # a checkpoint names its draft model here: {"draft_model": "../x-draft"}
@@ -276,11 +276,33 @@ def startup_failure(exc: BaseException) -> str:
     return f"dspark-serve: error: vLLM did not start ({text}); fix: {fix}"
 
 
+# Speculative methods vLLM 0.32 schedules asynchronously on a GPU unless told not to (its VllmConfig), and
+# the flag that tells it. The acceptance cap acts on the synchronous path only (speculation_gate).
+ASYNC_SPEC_METHODS = ("dflash", "dspark", "draft_model", "eagle", "eagle3", "mtp")
+NO_ASYNC_FLAG = "--no-async-scheduling"
+
+
+def acceptance_cap(method: str | None, gpu: bool, argv: list[str], environ: dict[str, str]) -> str:
+    """Whether the per-request acceptance cap will act, in words. Pure."""
+    if not method:
+        return "off (no speculation)"
+    if environ.get(GATE_ENV) == "0":
+        return f"off ({GATE_ENV}=0)"
+    if gpu and method in ASYNC_SPEC_METHODS and NO_ASYNC_FLAG not in argv:
+        return f"inactive: vLLM schedules {method} asynchronously on a GPU, where the cap does not act; fix: {NO_ASYNC_FLAG}"
+    return "active"
+
+
 def build(
-    options: DSparkOptions, vllm_argv: list[str], gpu: bool, budget: tuple[int, str] | None = None
+    options: DSparkOptions,
+    vllm_argv: list[str],
+    gpu: bool,
+    budget: tuple[int, str] | None = None,
+    environ: dict[str, str] | None = None,
 ) -> tuple[list[str], dict]:
     """The vLLM argv and the status facts for ``options``. Pure apart from reading the model's config.
-    ``budget``: (verified positions per step, why), from ``verify_budget``; None: the default."""
+    ``budget``: (verified positions per step, why), from ``verify_budget``; None: the default. ``environ``:
+    the server's environment (the engine plugin's switches)."""
     if not options.enabled:
         return vllm_argv, {"enabled": False}
     if budget is None:
@@ -321,6 +343,7 @@ def build(
         "schemas": len(schemas),
         "vllm": installed_vllm(),
         "engine_plugin": engine_plugin_registered(),
+        "acceptance_cap": acceptance_cap(speculative.get("method") if speculative else None, gpu, argv, environ or {}),
     }
     return argv, facts
 
@@ -344,7 +367,7 @@ def status_line(facts: dict) -> str:
         f"DSpark: on; drafter {facts['drafter']} ({facts['drafter_reason']}), up to {facts['speculative_length']} "
         f"draft tokens, fewer past {facts.get('verify_budget', '?')} verified positions per step "
         f"({facts.get('verify_budget_reason', 'default')}); default response format {default}; prefix caching "
-        f"on{blocks}; {schemas}; {counter}"
+        f"on{blocks}; {schemas}; {counter}; acceptance cap {facts.get('acceptance_cap', 'active')}"
     )
 
 
@@ -396,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         require_supported_vllm(installed_vllm())
         gpu = _gpu_present()
         budget = verify_budget(dict(os.environ))
-        final_argv, facts = build(options, vllm_argv, gpu, budget)
+        final_argv, facts = build(options, vllm_argv, gpu, budget, dict(os.environ))
     except (FlagError, VersionError) as exc:
         print(f"dspark-serve: error: {exc}", file=sys.stderr)
         return 2

@@ -57,6 +57,7 @@ REPLACES = (
 # Read, not replaced: the SchedulerOutput field the worker drafts by, and the Request fields the gate reads.
 READS = (
     "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
+    "vllm.config:SchedulerConfig.async_scheduling",
     "vllm.v1.request:Request.num_tokens",
 )
 # Steps between probes (drafter runs while no request drafts, to judge new requests) on a server whose drafts
@@ -107,8 +108,12 @@ class SpeculationGate:
     def budget(self, request_id: str, longest: int) -> int:
         return draft_budget(self.rate(request_id), longest, *self.relative_costs)
 
-    def step_started(self, positions: int) -> None:
+    def step_started(self, positions: int, asynchronous: bool = False) -> None:
+        """A step of ``positions`` was scheduled; ``asynchronous``: by vLLM's asynchronous scheduler, whose
+        drafts never pass ``cut`` (counted, so the status can say the cap does not act there)."""
         self._step = (time.perf_counter(), positions, self.drafting)
+        if asynchronous and self.counters is not None:
+            self.counters.add("async_steps")
 
     def step_finished(self) -> None:
         """The step's worker time (forward, sampling, and the drafter's pass when it ran) into the fit."""
@@ -261,7 +266,7 @@ def install(gate: SpeculationGate) -> None:
             running = [request.request_id for request in self.running]
             output.num_spec_tokens_to_schedule, live = gate.plan_step(running, output.num_spec_tokens_to_schedule)
             setattr(output, CONTEXT_IDS, None if len(live) == len(running) else frozenset(live))
-            gate.step_started(output.total_num_scheduled_tokens)
+            gate.step_started(output.total_num_scheduled_tokens, bool(self.scheduler_config.async_scheduling))
         return output
 
     def recorded(self, scheduler_output, model_runner_output):

@@ -10,6 +10,7 @@ import numpy as np
 
 STATUS_ENV = "DSPARK_STATUS"  # JSON of what dspark-serve switched on and why (its status line, as data)
 STATE_DIR_ENV = "DSPARK_STATE_DIR"  # folder the engine process and the API server share while serving
+GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
 SCHEMA_STATE_FILE = "schemas.json"  # written by the launcher's schema precompile thread
 COUNTER_GLOB = "engine-*.counters"  # one memory-mapped counters file per engine process
 # SchedulerOutput attribute (engine core -> worker): the requests whose context the drafter keeps (None: all)
@@ -26,8 +27,9 @@ ENGINE_DRAFTED = "dspark_engine_drafted"
 # verified, and of those landed. Then what a step costs on this
 # machine as the gate measured it (microseconds: fixed, per scheduled position, drafter pass), and what
 # those costs choose: the largest batch at which a request with the server's recent acceptance drafts.
-# Last, steps whose drafts came back with the step's output, and those the engine core asked the worker
-# for in a round trip of their own (draft_handoff).
+# Then steps whose drafts came back with the step's output, and those the engine core asked the worker
+# for in a round trip of their own (draft_handoff). Last, steps scheduled asynchronously, where the
+# acceptance cap does not act (speculation_gate).
 COUNTERS = (
     "grammar_forced_tokens",
     "constrained_tokens",
@@ -45,6 +47,7 @@ COUNTERS = (
     "drafts_pay_to_batch",
     "carried_draft_steps",
     "fetched_draft_steps",
+    "async_steps",
 )
 MEASURES = ("step_fixed_us", "step_per_position_us", "drafter_pass_us", "drafts_pay_to_batch")  # set, not summed: the largest over processes
 

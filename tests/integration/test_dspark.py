@@ -94,8 +94,14 @@ def test_status_line_and_endpoint_say_what_is_on(servers):
     status = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
     assert status["enabled"] and status["drafter"] == "dflash" and status["response_format"] == "json"
     assert status["draft_model"].endswith("tiny-json-dflash")
+    # the CPU schedules synchronously, where the acceptance cap acts: said at start, then seen in its steps
+    body = {"model": dspark.model, "messages": [{"role": "user", "content": "Say hi as JSON."}], "max_tokens": 8}
+    assert httpx.post(f"{dspark.base_url}/v1/chat/completions", json=body, timeout=120).status_code == 200
+    stepped = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
+    assert "acceptance cap active" in log and stepped["engine_steps"] > 0 and stepped["async_steps"] == 0
+    assert stepped["acceptance_cap"] == "active"
     structure = httpx.get(f"{servers['structure'].base_url}/dspark/status", timeout=10).json()
-    assert structure["drafter"] == "structure"
+    assert structure["drafter"] == "structure" and structure["acceptance_cap"] == "off (DSPARK_ACCEPTANCE_CAP=0)"
     assert "dspark_bench.engine_patch.drafter.JsonDrafter" in servers["structure"].log_path.read_text()
 
 

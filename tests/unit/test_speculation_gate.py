@@ -262,3 +262,13 @@ def test_engine_core_drafts_are_not_booked_as_the_learned_drafters(make_request)
     setattr(requests["d"], ENGINE_DRAFTED, None)  # the learned drafter's
     _verify(gate, requests, {"g": [5, 6, 7], "d": [5, 6, 7]}, {"g": 0, "d": 0})
     assert "g" not in gate.history and "d" in gate.history
+
+
+def test_steps_scheduled_asynchronously_are_counted(tmp_path):
+    """vLLM's asynchronous scheduler never hands the gate its drafts to cut: such steps are counted, so the
+    status can say the cap did not act."""
+    gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"))
+    gate.step_started(13)
+    gate.step_started(13, asynchronous=True)
+    gate.step_started(26, asynchronous=True)
+    assert read_counters(tmp_path)["async_steps"] == 2
