@@ -7,9 +7,7 @@ RUN_DIR: a run folder with requests.jsonl or requests.jsonl.gz. Prints, per run,
 as a multiple of their P99 gap between chunks, worst first, and every level past the limit.
 """
 
-import gzip
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,25 +15,16 @@ from dspark_bench.loadtests.metrics import level_metrics, pause_problems
 from dspark_bench.loadtests.records import RequestRecord, read_records
 
 
-def run_records(run: Path) -> list[RequestRecord]:
-    if (plain := run / "requests.jsonl").exists():
-        return read_records(plain)
-    with tempfile.TemporaryDirectory() as scratch:
-        unpacked = Path(scratch) / "requests.jsonl"
-        unpacked.write_bytes(gzip.decompress((run / "requests.jsonl.gz").read_bytes()))
-        return read_records(unpacked)
-
-
 def main(runs: list[str]) -> int:
     if not runs:
         print("usage: python -m studies.silences RUN_DIR [RUN_DIR ...]", file=sys.stderr)
         return 2
     for run in map(Path, runs):
-        levels: dict[tuple[str, float, int], list[RequestRecord]] = defaultdict(list)
-        for record in run_records(run):
-            levels[(record.arm, record.level, record.repeat)].append(record)
+        levels: dict[tuple[str, str, float, int], list[RequestRecord]] = defaultdict(list)
+        for record in read_records(run):  # requests.jsonl, or its gzip as committed
+            levels[(record.arm, record.scenario, record.level, record.repeat)].append(record)
         found = []
-        for (arm, level, repeat), records in levels.items():
+        for (arm, _, level, repeat), records in levels.items():
             metrics = level_metrics(records)
             if metrics.longest_silence_ms is not None and metrics.itl_p99_ms:
                 problems = pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms)

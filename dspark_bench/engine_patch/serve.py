@@ -276,9 +276,10 @@ def startup_failure(exc: BaseException) -> str:
     return f"dspark-serve: error: vLLM did not start ({text}); fix: {fix}"
 
 
-# Speculative methods vLLM 0.32 schedules asynchronously on a GPU unless told not to (its VllmConfig), and
-# the flag that tells it. The acceptance cap acts on the synchronous path only (speculation_gate).
-ASYNC_SPEC_METHODS = ("dflash", "dspark", "draft_model", "eagle", "eagle3", "mtp")
+# Of the speculative methods dspark-serve chooses, those vLLM 0.32 schedules asynchronously on a GPU unless
+# told not to (its VllmConfig; ngram and custom_class it does not), and the flag that tells it. The acceptance
+# cap acts on the synchronous path only (speculation_gate).
+ASYNC_SPEC_METHODS = ("dflash", "dspark", "draft_model")
 NO_ASYNC_FLAG = "--no-async-scheduling"
 
 
