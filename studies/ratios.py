@@ -1,0 +1,73 @@
+"""Each arm's paired ratio of effective JSON tok/s to another arm, as the harness computes it
+(``reports.tables.ratios_to``: the geometric mean over the repeats in which both levels were valid, with an
+exact-t 95% interval), and the per-repeat ratios behind it.
+
+    .venv/bin/python -m studies.ratios RUN_DIR [--against ARM]
+
+A run made before the pause check (``metrics.pause_problems``, session 17) has no longest silence in its
+results: its levels' silences are recomputed from its records (requests.jsonl, or its gzip as committed), and
+a level during which the server paused is not valid here, as it would be now.
+"""
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+
+from dspark_bench.loadtests.arms import REFERENCE_ARM
+from dspark_bench.loadtests.metrics import level_metrics, pause_problems
+from dspark_bench.loadtests.records import RequestRecord, read_records
+from dspark_bench.loadtests.results import by_repeat, levels_frame, load_results, measurements
+from dspark_bench.reports.tables import ratios_to
+
+
+def paused_levels(run: Path) -> dict[tuple[str, str, float, int], str]:
+    """(arm, scenario, level, repeat) -> why, for the levels of ``run``'s records during which the server paused."""
+    levels: dict[tuple[str, str, float, int], list[RequestRecord]] = defaultdict(list)
+    for record in read_records(run):
+        levels[(record.arm, record.scenario, float(record.level), record.repeat)].append(record)
+    paused = {}
+    for key, records in levels.items():
+        metrics = level_metrics(records)
+        if problems := pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms):
+            paused[key] = problems[0]
+    return paused
+
+
+def with_pauses(frame: pd.DataFrame, run: Path) -> pd.DataFrame:
+    """``frame`` with the levels during which the server paused marked not valid, for runs before the check."""
+    if "longest_silence_ms" in frame and frame["longest_silence_ms"].notna().any():
+        return frame  # the run's own health already holds the check
+    paused = paused_levels(run)
+    keys = zip(frame["arm"], frame["scenario"], frame["level"].astype(float), frame["repeat"], strict=True)
+    hits = [paused.get(key) for key in keys]
+    for row, why in zip(frame.itertuples(), hits, strict=True):
+        if why:
+            print(f"  not valid here: {row.arm} at {row.level:g}, repeat {row.repeat}: {why}")
+    return frame.assign(valid=[False if why else valid for why, valid in zip(hits, frame["valid"], strict=True)])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m studies.ratios", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a run folder (results.json and its records)")
+    parser.add_argument("--against", default=REFERENCE_ARM, help=f"the arm each ratio is over (default: {REFERENCE_ARM})")
+    args = parser.parse_args(argv)
+    results = load_results(args.run)
+    print(f"{args.run}: {results.machine.summary}")
+    frame = with_pauses(levels_frame(results), args.run)
+    valid = measurements(frame)
+    for (scenario, level, arm), paired in sorted(ratios_to(frame, args.against).items()):
+        if arm == args.against:
+            continue
+        mine = by_repeat(valid[(valid["arm"] == arm) & (valid["scenario"] == scenario) & (valid["level"] == level)], "effective_tok_s")
+        base = by_repeat(valid[(valid["arm"] == args.against) & (valid["scenario"] == scenario) & (valid["level"] == level)], "effective_tok_s")
+        each = ", ".join(f"{mine[r] / base[r]:.2f}" for r in sorted(set(mine) & set(base)) if base[r] > 0)
+        interval = f" ({paired.low:.2f}-{paired.high:.2f})" if paired.interval else ""
+        print(f"{scenario} {level:g} users  {arm} / {args.against}: {paired.ratio:.2f}x{interval}, {paired.repeats} pairs: {each}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
