@@ -150,15 +150,21 @@ def _sunk_gain(rate: float, longest: int, verify_cost: float) -> float:
 
 
 def verified_drafts(
-    scheduled: Mapping[str, Sequence[int]], index_of: Mapping[str, int], sampled: Sequence[Sequence[int]]
+    scheduled: Mapping[str, Sequence[int]],
+    index_of: Mapping[str, int],
+    sampled: Sequence[Sequence[int]],
+    placeholders: bool = False,
 ) -> Iterator[tuple[str, int, int]]:
     """Per request of a step that verified drafts: (request, drafts verified, drafts accepted). ``scheduled``:
     the step's drafts per request (-1: one the grammar refused); ``sampled``: its tokens per request, by
-    ``index_of`` (the accepted drafts, then the bonus token)."""
+    ``index_of`` (the accepted drafts, then the bonus token). ``placeholders``: vLLM's asynchronous
+    scheduling, where every scheduled position is a draft the worker fills in (-1 here), and one the grammar
+    refused stays -1 and is verified as a miss."""
     for request_id, drafts in scheduled.items():
         index = index_of.get(request_id)
         if index is not None and index < len(sampled):
-            yield request_id, sum(1 for token in drafts if token >= 0), max(len(sampled[index]) - 1, 0)
+            drafted = len(drafts) if placeholders else sum(1 for token in drafts if token >= 0)
+            yield request_id, drafted, max(len(sampled[index]) - 1, 0)
 
 
 def landed(drafts: Sequence[int], written: Sequence[int]) -> int:

@@ -203,12 +203,12 @@ class DSparkMiddleware:
 
 
 def observed_cap(expected: str | None, counts: dict[str, int]) -> str | None:
-    """Whether the acceptance cap acts, as the engine's steps show once it has run: a step scheduled
-    asynchronously bypasses it. Before any step (or with the cap off), what dspark-serve expected. Pure."""
+    """Whether the acceptance cap acts, and on which scheduling path, as the engine's steps show once it has
+    run. Before any step (or with the cap off), what dspark-serve expected. Pure."""
     if expected is None or expected.startswith("off") or not counts.get("engine_steps"):
         return expected
     if counts.get("async_steps"):
-        return f"inactive: {counts['async_steps']} of {counts['engine_steps']} steps scheduled asynchronously, where the cap does not act; fix: --no-async-scheduling"
+        return f"active (asynchronous scheduling, {counts['async_steps']} of {counts['engine_steps']} steps: each request's draft placeholders cut to its budget)"
     return "active"
 
 

@@ -278,19 +278,20 @@ def startup_failure(exc: BaseException) -> str:
 
 # Of the speculative methods dspark-serve chooses, those vLLM 0.32 schedules asynchronously on a GPU unless
 # told not to (its VllmConfig; ngram and custom_class it does not), and the flag that tells it. The acceptance
-# cap acts on the synchronous path only (speculation_gate).
+# cap acts on both paths, by different hooks (speculation_gate); the status says which.
 ASYNC_SPEC_METHODS = ("dflash", "dspark", "draft_model")
 NO_ASYNC_FLAG = "--no-async-scheduling"
+ASYNC_CAP = "active (asynchronous scheduling: each request's draft placeholders cut to its budget)"
 
 
 def acceptance_cap(method: str | None, gpu: bool, argv: list[str], environ: dict[str, str]) -> str:
-    """Whether the per-request acceptance cap will act, in words. Pure."""
+    """Whether the per-request acceptance cap will act, and on which of vLLM's scheduling paths, in words. Pure."""
     if not method:
         return "off (no speculation)"
     if environ.get(GATE_ENV) == "0":
         return f"off ({GATE_ENV}=0)"
     if gpu and method in ASYNC_SPEC_METHODS and NO_ASYNC_FLAG not in argv:
-        return f"inactive: vLLM schedules {method} asynchronously on a GPU, where the cap does not act; fix: {NO_ASYNC_FLAG}"
+        return ASYNC_CAP
     return "active"
 
 

@@ -1,10 +1,10 @@
 """Speculation only where it pays, inside vLLM's scheduler and engine core (policy: ``acceptance``).
 
 Per step, in the engine-core process (vLLM 0.32's synchronous path, the CPU's):
-- ``Scheduler.schedule``: when the drafter's pass would not pay for the whole batch's step (the
-  tokens the requests that may draft would gain, against the pass's measured cost:
-  ``acceptance.pass_pays``), the step's ``num_spec_tokens_to_schedule`` (what the worker drafts after
-  it) becomes 0, except at probe steps.
+- ``Scheduler._update_after_schedule`` (the end of ``Scheduler.schedule``): when the drafter's pass
+  would not pay for the whole batch's step (the tokens the requests that may draft would gain, against
+  the pass's measured cost: ``acceptance.pass_pays``), the step's ``num_spec_tokens_to_schedule``
+  (what the worker drafts after it) becomes 0, except at probe steps.
   The worker then skips the drafter (a one-pass drafter only stores the step's context:
   ``dflash_fixes``);
 - ``EngineCore.post_step``: after a step the worker did not draft for, no round trip to fetch drafts;
@@ -12,6 +12,13 @@ Per step, in the engine-core process (vLLM 0.32's synchronous path, the CPU's):
   before the grammar walks them; a request at 0 keeps its drafts aside as a shadow, unverified;
 - ``Scheduler.update_from_output``: verified drafts and resolved shadows update each request's
   acceptance.
+
+Under vLLM's asynchronous scheduling (a GPU's default for dflash, draft_model and dspark) the drafts stay
+in the worker: the engine core schedules ``-1`` placeholders for the next step, the worker fills them in,
+and ``update_draft_token_ids`` never runs. There ``AsyncScheduler._update_after_schedule`` cuts each
+request's placeholders to its budget, which the worker honours (it copies the first ones of each request's
+drafts). No shadow can judge a request that verifies nothing, so a request not yet judged verifies its
+drafts once, and one whose drafts do not pay verifies them again every ``REJUDGE_STEPS`` steps.
 
 A request is *dormant* once it has been judged (a verified step or a shadow), its drafts do not pay,
 and no shadow is pending. On steps where the drafter does not run, the worker stops storing a dormant
@@ -49,7 +56,8 @@ from dspark_bench.engine_patch.acceptance import (
 from dspark_bench.engine_patch.state import CONTEXT_IDS, ENGINE_DRAFTED, EngineCounters
 
 REPLACES = (
-    "vllm.v1.core.sched.scheduler:Scheduler.schedule",
+    "vllm.v1.core.sched.scheduler:Scheduler._update_after_schedule",
+    "vllm.v1.core.sched.async_scheduler:AsyncScheduler._update_after_schedule",
     "vllm.v1.core.sched.scheduler:Scheduler.update_from_output",
     "vllm.v1.core.sched.scheduler:Scheduler.update_draft_token_ids",
     "vllm.v1.engine.core:EngineCore.post_step",
@@ -59,6 +67,8 @@ READS = (
     "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
     "vllm.config:SchedulerConfig.async_scheduling",
     "vllm.v1.request:Request.num_tokens",
+    "vllm.v1.request:Request.num_tokens_with_spec",  # how the scheduler schedules the placeholders left after the cut
+    "vllm.v1.core.sched.output:SchedulerOutput.num_scheduled_tokens",
 )
 # Steps between probes (drafter runs while no request drafts, to judge new requests) on a server whose drafts
 # do not pay: the gap starts at YOUNG_PROBE and doubles after each probe, up to LONGEST_PROBE_GAP, until a
@@ -70,6 +80,9 @@ READS = (
 YOUNG_PROBE = 32
 LONGEST_PROBE_GAP = 512
 HOPEFUL_RATE = Acceptance().rate  # what a probe might find: drafts that land as the drafter's on JSON it knows
+# Asynchronous scheduling: steps a request whose drafts do not pay waits before it verifies a set again (a
+# shadow's work, at the price of the verified positions, which on a GPU's wide steps is small).
+REJUDGE_STEPS = 32
 SAY_EVERY = 64  # steps between updates of the measured costs and what they choose (for /dspark/status)
 
 
@@ -96,6 +109,7 @@ class SpeculationGate:
     # Requests not yet judged: whether their context is kept from their first step (so a probe can judge
     # them). Where drafts do not pay, only those that arrive once a probe is due are.
     young_kept: dict[str, bool] = field(default_factory=dict)
+    waited: dict[str, int] = field(default_factory=dict)  # asynchronous scheduling: steps since last judged
     costs: StepCosts = field(default_factory=StepCosts)
     relative_costs: tuple[float, float] = (VERIFY_COST, DRAFT_COST)  # costs.relative() for this step's batch
     _step: tuple[float, int, bool] | None = None  # (started, positions, drafter runs after it)
@@ -110,7 +124,7 @@ class SpeculationGate:
 
     def step_started(self, positions: int, asynchronous: bool = False) -> None:
         """A step of ``positions`` was scheduled; ``asynchronous``: by vLLM's asynchronous scheduler, whose
-        drafts never pass ``cut`` (counted, so the status can say the cap does not act there)."""
+        drafts are cut by ``slots`` instead of ``cut`` (counted, so the status can say which path ran)."""
         self._step = (time.perf_counter(), positions, self.drafting)
         if asynchronous and self.counters is not None:
             self.counters.add("async_steps")
@@ -198,6 +212,24 @@ class SpeculationGate:
                     self.counters.add("probe_steps")
         return (longest if self.drafting else 0), live
 
+    def slots(self, request_id: str, longest: int) -> int:
+        """Draft positions the request verifies in its next step under asynchronous scheduling, of the
+        ``longest`` the worker drafts after this one: its budget; where that is 0, all of them once if it
+        was never judged, or if ``REJUDGE_STEPS`` steps passed since it last was (what a shadow does on the
+        synchronous path)."""
+        if longest <= 0:
+            return 0
+        keep = self.budget(request_id, longest)
+        if keep > 0 or request_id not in self.history:
+            self.waited.pop(request_id, None)
+            return keep or longest
+        waited = self.waited.get(request_id, 0) + 1
+        if waited >= REJUDGE_STEPS:
+            self.waited.pop(request_id, None)
+            return longest
+        self.waited[request_id] = waited
+        return 0
+
     def cut(self, request_ids: Sequence[str], drafts: list[list[int]], requests: Mapping[str, Any]) -> None:
         """Cut each request's new drafts (in place) to its budget; a request at 0 keeps them as a shadow."""
         self.refused = {}
@@ -228,9 +260,12 @@ class SpeculationGate:
         index_of: Mapping[str, int],
         sampled: Sequence[Sequence[int]],
         requests: Mapping[str, Any],
+        placeholders: bool = False,
     ) -> None:
-        """Record the step's verified drafts (the learned drafter's, not the engine core's), resolve shadows whose tokens are written, forget finished requests."""
-        for request_id, drafted, accepted in verified_drafts(scheduled_drafts, index_of, sampled):
+        """Record the step's verified drafts (the learned drafter's, not the engine core's), resolve shadows
+        whose tokens are written, forget finished requests. ``placeholders``: the step was scheduled
+        asynchronously (``verified_drafts``)."""
+        for request_id, drafted, accepted in verified_drafts(scheduled_drafts, index_of, sampled, placeholders):
             if self.refused.pop(request_id, None) is not None and accepted >= drafted:
                 drafted += 1  # every kept draft landed: the miss is the next one, which the grammar refused
             if not getattr(requests.get(request_id), ENGINE_DRAFTED, None):  # engine_drafts books those
@@ -245,29 +280,40 @@ class SpeculationGate:
             if hits < len(written) or len(written) == len(shadow.drafts):  # a miss seen, or every draft checked
                 self.record(request_id, len(shadow.drafts), hits)
                 del self.shadows[request_id]
-        for request_id in [r for r in self.history if r not in requests]:
-            del self.history[request_id]
+        for table in (self.history, self.waited):
+            for request_id in [r for r in table if r not in requests]:
+                del table[request_id]
         for request_id in [r for r in self.young_kept if r in self.history or r not in requests]:
             del self.young_kept[request_id]
 
 
 def install(gate: SpeculationGate) -> None:
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.engine.core import EngineCore
 
-    if getattr(Scheduler.schedule, "_dspark", False):
+    if getattr(Scheduler._update_after_schedule, "_dspark", False):
         return
-    schedule, update_from_output = Scheduler.schedule, Scheduler.update_from_output
-    update_draft_token_ids, post_step = Scheduler.update_draft_token_ids, EngineCore.post_step
+    update_after_schedule, update_async_after_schedule = Scheduler._update_after_schedule, AsyncScheduler._update_after_schedule
+    update_from_output, update_draft_token_ids, post_step = Scheduler.update_from_output, Scheduler.update_draft_token_ids, EngineCore.post_step
 
-    def gated_schedule(self, *args, **kwargs):
-        output = schedule(self, *args, **kwargs)
+    def planned(self, output):
+        """The step's plan, before vLLM's own update: the asynchronous scheduler sizes its placeholders
+        by ``num_spec_tokens_to_schedule`` there."""
         if output.total_num_scheduled_tokens > 0:
             running = [request.request_id for request in self.running]
             output.num_spec_tokens_to_schedule, live = gate.plan_step(running, output.num_spec_tokens_to_schedule)
             setattr(output, CONTEXT_IDS, None if len(live) == len(running) else frozenset(live))
             gate.step_started(output.total_num_scheduled_tokens, bool(self.scheduler_config.async_scheduling))
-        return output
+        update_after_schedule(self, output)
+
+    def placeholders_cut(self, output):
+        update_async_after_schedule(self, output)
+        longest = output.num_spec_tokens_to_schedule
+        for request_id in output.num_scheduled_tokens if longest > 0 else ():
+            request = self.requests[request_id]
+            if not request.is_prefill_chunk and (keep := gate.slots(request_id, longest)) < len(request.spec_token_ids):
+                request.spec_token_ids = request.spec_token_ids[:keep]
 
     def recorded(self, scheduler_output, model_runner_output):
         gate.step_finished()
@@ -277,6 +323,7 @@ def install(gate: SpeculationGate) -> None:
             model_runner_output.req_id_to_index,
             model_runner_output.sampled_token_ids or [],
             self.requests,
+            bool(self.scheduler_config.async_scheduling),
         )
         return outputs
 
@@ -293,8 +340,9 @@ def install(gate: SpeculationGate) -> None:
         if gate.drafting:
             post_step(self, model_executed)
 
-    gated_schedule._dspark = True  # type: ignore[attr-defined]
-    Scheduler.schedule = gated_schedule
+    planned._dspark = True  # type: ignore[attr-defined]
+    Scheduler._update_after_schedule = planned
+    AsyncScheduler._update_after_schedule = placeholders_cut
     Scheduler.update_from_output = recorded
     Scheduler.update_draft_token_ids = cut_then_validated
     EngineCore.post_step = fetched_only_when_drafted

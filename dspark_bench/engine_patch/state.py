@@ -29,7 +29,7 @@ ENGINE_DRAFTED = "dspark_engine_drafted"
 # those costs choose: the largest batch at which a request with the server's recent acceptance drafts.
 # Then steps whose drafts came back with the step's output, and those the engine core asked the worker
 # for in a round trip of their own (draft_handoff). Last, steps scheduled asynchronously, where the
-# acceptance cap does not act (speculation_gate).
+# acceptance cap cuts placeholders instead of drafts (speculation_gate).
 COUNTERS = (
     "grammar_forced_tokens",
     "constrained_tokens",

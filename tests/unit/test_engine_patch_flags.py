@@ -253,21 +253,22 @@ def test_a_server_that_does_not_start_is_one_line_with_the_fix():
     assert "fix: the engine's own error is in the lines above" in engine
 
 
-def test_the_status_says_whether_the_acceptance_cap_acts():
-    """The cap acts on vLLM's synchronous scheduling only: a CPU always; a GPU, where vLLM schedules a block
-    drafter asynchronously, only with --no-async-scheduling; then the engine's own steps say which it was."""
+def test_the_status_says_whether_and_where_the_acceptance_cap_acts():
+    """The cap acts on both of vLLM's scheduling paths, and the status says which: synchronous on a CPU, and
+    on a GPU with --no-async-scheduling; asynchronous where vLLM schedules a block drafter so on a GPU; then
+    the engine's own steps say which it was."""
     from dspark_bench.engine_patch.middleware import observed_cap
 
     draft_model = ["--dspark-draft-model", str(Path(__file__).resolve().parents[2] / "models" / "tiny-json-dflash")]
     options, rest = parse([*ARTICLE, *draft_model])
     assert build(options, rest, gpu=False)[1]["acceptance_cap"] == "active"
     on_gpu = build(options, rest, gpu=True)[1]["acceptance_cap"]
-    assert on_gpu.startswith("inactive") and "--no-async-scheduling" in on_gpu and on_gpu in status_line(build(options, rest, gpu=True)[1])
+    assert on_gpu.startswith("active (asynchronous scheduling") and on_gpu in status_line(build(options, rest, gpu=True)[1])
     assert build(options, [*rest, "--no-async-scheduling"], gpu=True)[1]["acceptance_cap"] == "active"
     assert build(options, rest, gpu=False, environ={"DSPARK_ACCEPTANCE_CAP": "0"})[1]["acceptance_cap"].startswith("off")
     assert build(*parse([*ARTICLE, "--dspark-drafter", "off"]), gpu=True)[1]["acceptance_cap"].startswith("off")
     # what the engine's steps showed overrides what was expected
     assert observed_cap("active", {}) == "active"  # no step yet
     assert observed_cap("active", {"engine_steps": 10, "async_steps": 0}) == "active"
-    assert observed_cap("active", {"engine_steps": 10, "async_steps": 10}).startswith("inactive: 10 of 10 steps")
+    assert observed_cap("active", {"engine_steps": 10, "async_steps": 10}).startswith("active (asynchronous scheduling, 10 of 10 steps")
     assert observed_cap("off (DSPARK_ACCEPTANCE_CAP=0)", {"engine_steps": 10}).startswith("off")

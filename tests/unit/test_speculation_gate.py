@@ -265,8 +265,8 @@ def test_engine_core_drafts_are_not_booked_as_the_learned_drafters(make_request)
 
 
 def test_steps_scheduled_asynchronously_are_counted(tmp_path):
-    """vLLM's asynchronous scheduler never hands the gate its drafts to cut: such steps are counted, so the
-    status can say the cap did not act."""
+    """Steps vLLM's asynchronous scheduler made (whose placeholders the gate cuts, not drafts) are counted, so
+    the status can say which path the cap acted on."""
     gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"))
     gate.step_started(13)
     gate.step_started(13, asynchronous=True)

@@ -1,0 +1,117 @@
+"""The acceptance cap on vLLM's own asynchronous scheduler (a GPU's default for dflash, draft_model and
+dspark): a real ``AsyncScheduler`` schedules placeholders, the gate cuts them per request, and a model
+that lands one request's drafts and none of the other's is simulated step by step."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dspark_bench.engine_patch import speculation_gate
+from dspark_bench.engine_patch.acceptance import StepCosts
+from dspark_bench.engine_patch.speculation_gate import REJUDGE_STEPS, SpeculationGate
+from dspark_bench.engine_patch.state import EngineCounters, read_counters
+
+MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-json"
+DRAFTS = 4
+BLOCK = 16
+
+
+@pytest.fixture
+def patched() -> Iterator[Callable[[SpeculationGate], None]]:
+    """``speculation_gate.install``, with every replaced vLLM attribute restored afterwards."""
+    pytest.importorskip("vllm")
+    saved = []
+    for target in speculation_gate.REPLACES:
+        module, qualified = target.split(":")
+        owner_name, attribute = qualified.split(".")
+        owner = getattr(importlib.import_module(module), owner_name)
+        saved.append((owner, attribute, owner.__dict__[attribute]))
+    yield speculation_gate.install
+    for owner, attribute, original in saved:
+        setattr(owner, attribute, original)
+
+
+def _gate(counters: EngineCounters | None = None) -> SpeculationGate:
+    """A gate that keeps its fallback costs: the simulated steps' wall times are not a machine's."""
+    costs = StepCosts()
+    costs.record = lambda *step: None  # type: ignore[method-assign]
+    return SpeculationGate(counters, costs=costs)
+
+
+def _async_scheduler():
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    config = VllmConfig(
+        scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=1024, max_model_len=1024, is_encoder_decoder=False),
+        model_config=ModelConfig(model=str(MODEL), dtype="float32", seed=0, skip_tokenizer_init=True),
+        cache_config=CacheConfig(block_size=BLOCK, enable_prefix_caching=False),
+        speculative_config=SpeculativeConfig(method="ngram", num_speculative_tokens=DRAFTS, prompt_lookup_min=2, prompt_lookup_max=4),
+    )
+    # vLLM validates asynchronous scheduling against the drafter it would load; the scheduler is what is tested.
+    config.scheduler_config.async_scheduling = True
+    config.cache_config.num_gpu_blocks = 512
+    kv_cache = KVCacheConfig(
+        num_blocks=512,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32))],
+    )
+    return AsyncScheduler(vllm_config=config, kv_cache_config=kv_cache, structured_output_manager=StructuredOutputManager(config), block_size=BLOCK)
+
+
+def _run(scheduler, landing: dict[str, bool], steps: int) -> list[dict[str, int]]:
+    """Add one request per entry of ``landing`` (whether the model accepts its drafts) and run ``steps``
+    steps one after the other; per step, the draft positions each request verified."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    for number, request_id in enumerate(landing):
+        scheduler.add_request(Request(request_id, [10 + number] * 8, SamplingParams(max_tokens=10_000, ignore_eos=True), None))
+    verified = []
+    for _ in range(steps):
+        output = scheduler.schedule()
+        ids = list(output.num_scheduled_tokens)
+        drafts = {r: len(output.scheduled_spec_decode_tokens.get(r, ())) for r in ids}
+        sampled = [[5] * ((drafts[r] if landing[r] else 0) + 1) for r in ids]
+        scheduler.update_from_output(output, ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled))
+        verified.append(drafts)
+    return verified
+
+
+def test_vllms_async_scheduler_verifies_every_placeholder_for_every_request(patched):
+    """Without the gate (the baseline the cap changes): every request verifies all its placeholders."""
+    verified = _run(_async_scheduler(), {"hit": True, "miss": False}, 40)
+    assert all(step == {"hit": DRAFTS, "miss": DRAFTS} for step in verified[2:])
+
+
+def test_the_cap_cuts_placeholders_of_a_request_whose_drafts_miss_and_rejudges_it(patched, tmp_path):
+    gate = _gate(EngineCounters(tmp_path / "engine-1.counters"))
+    patched(gate)
+    scheduler = _async_scheduler()
+    verified = _run(scheduler, {"hit": True, "miss": False}, 3 * REJUDGE_STEPS)
+    assert all(step["hit"] == DRAFTS for step in verified[2:])  # drafts that land keep every position
+    missed = [step["miss"] for step in verified]
+    dormant_from = missed.index(0, 2)  # a few misses, then no positions at all
+    assert dormant_from < 10
+    rejudged = [i for i, n in enumerate(missed) if i > dormant_from and n]
+    assert len(rejudged) == 2 and rejudged[1] - rejudged[0] == REJUDGE_STEPS  # verified again, once per REJUDGE_STEPS
+    assert sum(missed[rejudged[0] + 1 : rejudged[1]]) == 0
+    counts = read_counters(tmp_path)
+    assert counts["async_steps"] == counts["engine_steps"] == 3 * REJUDGE_STEPS
+    assert gate.history["miss"].rate < 0.3 < 0.9 < gate.history["hit"].rate
+
+
+def test_where_no_request_pays_the_async_scheduler_schedules_no_drafts(patched):
+    gate = _gate()
+    patched(gate)
+    verified = _run(_async_scheduler(), {"a": False, "b": False}, 24)
+    assert not any(any(step.values()) for step in verified[10:])  # neither verifies, and the drafter does not run
+    assert not gate.drafting
