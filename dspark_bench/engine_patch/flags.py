@@ -35,6 +35,24 @@ def _value(argv: list[str], i: int, flag: str, hint: str) -> tuple[str, int]:
     return argv[i + 1], i + 2
 
 
+SWITCH_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _switch(argv: list[str], i: int, flag: str) -> tuple[bool, int]:
+    """A switch given bare (on), or with a value as ``--flag=false`` or ``--flag false``; anything else after
+    it is left to vLLM, since a value that is no switch word would otherwise reach vLLM as a stray argument."""
+    arg = argv[i]
+    if "=" in arg:
+        word = arg.split("=", 1)[1]
+    elif i + 1 < len(argv) and argv[i + 1].lower() in SWITCH_WORDS:
+        word, i = argv[i + 1], i + 1
+    else:
+        return True, i + 1
+    if word.lower() not in SWITCH_WORDS:
+        raise FlagError(f"{flag}={word!r} is not true or false; fix: {flag} (on), {flag}=false or --no-{flag[2:]} (off)")
+    return SWITCH_WORDS[word.lower()], i + 1
+
+
 def positional_model(argv: list[str]) -> list[str]:
     """Accept ``vllm serve``'s shape, ``[serve] MODEL --flags``, as GPUStack's vLLM backend launches it."""
     argv = argv[1:] if argv[:1] == ["serve"] else list(argv)
@@ -53,7 +71,9 @@ def parse(argv: list[str]) -> tuple[DSparkOptions, list[str]]:
         arg = argv[i]
         name = arg.split("=", 1)[0]
         if name == "--dspark-enabled":
-            opts["enabled"], i = True, i + 1
+            opts["enabled"], i = _switch(argv, i, name)
+        elif name == "--no-dspark-enabled":
+            opts["enabled"], i = False, i + 1
         elif name == "--response-format":
             value, i = _value(argv, i, name, "--response-format json (or none)")
             if value not in ("json", "none"):

@@ -4,7 +4,8 @@
         [--dspark-speculative-length 5] [--dspark-schema-compile SCHEMA_DIR | --no-dspark-schema-compile]
         [--dspark-drafter auto|native|draft-model|structure|ngram|replay|off] [--dspark-draft-model DIR]
 
-Every other argument goes to vLLM unchanged. What ``--dspark-enabled`` turns on:
+Every other argument goes to vLLM unchanged. ``--dspark-enabled=false`` (or ``--dspark-enabled false``,
+``--no-dspark-enabled``) serves stock vLLM. What ``--dspark-enabled`` turns on:
 - speculation, verified by the target model so output does not change, from the best drafter this
   model and machine allow (``--dspark-drafter auto``): vLLM's native ``dspark`` method on a GPU with
   a checkpoint that ships DSpark draft weights; else the small draft model the checkpoint names in

@@ -1,8 +1,9 @@
 """Closed-loop, non-streaming load on one server: N requests of a scenario at a fixed concurrency.
 
-    .venv/bin/python studies/probe/load.py PORT N CONCURRENCY [FORMAT] [SCENARIO]
+    .venv/bin/python studies/probe/load.py PORT N CONCURRENCY [FORMAT] [SCENARIO] [SKIP]
 
-FORMAT: json_object (default), json_schema, text or none; SCENARIO: order_extraction (default).
+FORMAT: json_object (default), json_schema, text or none; SCENARIO: order_extraction (default); SKIP: samples
+passed over first (default 0), so that a round can send prompts no earlier round sent (a cold prefix cache).
 Prints completion tokens per second and milliseconds per request. A probe, not the harness: no
 validation, no records (use `python -m loadtests bench` for numbers that go into RESULTS).
 """
@@ -18,7 +19,9 @@ from dspark_bench.scenarios import Split, load_scenario
 def main() -> None:
     port, count, concurrency = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     mode = sys.argv[4] if len(sys.argv) > 4 else "json_object"
-    samples = list(load_scenario(sys.argv[5] if len(sys.argv) > 5 else "order_extraction").samples(Split.EVAL, count))
+    skip = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    scenario = load_scenario(sys.argv[5] if len(sys.argv) > 5 else "order_extraction")
+    samples = list(scenario.samples(Split.EVAL, skip + count))[skip:]
 
     def completion_tokens(sample) -> int:
         response_format = sample.response_format(mode) if mode != "none" else None

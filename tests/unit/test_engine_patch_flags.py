@@ -41,6 +41,29 @@ def test_defaults_and_equals_form(tmp_path):
     options, _ = parse(["--dspark-enabled", f"--dspark-schema-compile={tmp_path}", "--dspark-speculative-length=3"])
     assert options.speculative_length == 3 and options.schema_dir == tmp_path
     assert parse(["--dspark-enabled"])[0].speculative_length == 5
+
+
+@pytest.mark.parametrize(
+    ("argv", "enabled", "left"),
+    [
+        (["--dspark-enabled", "--port", "80"], True, ["--port", "80"]),
+        (["--dspark-enabled", "false", "--port", "80"], False, ["--port", "80"]),
+        (["--dspark-enabled=False"], False, []),
+        (["--dspark-enabled", "true"], True, []),
+        (["--dspark-enabled=on"], True, []),
+        (["--no-dspark-enabled"], False, []),
+        (["--dspark-enabled", "--dspark-enabled=0"], False, []),  # the last one given wins, as with argparse
+    ],
+)
+def test_the_master_switch_takes_a_value_as_well(argv, enabled, left):
+    """``--dspark-enabled false`` is off, not on with a stray ``false`` left for vLLM."""
+    options, vllm_argv = parse(["--model", "m", *argv])
+    assert options.enabled is enabled and vllm_argv == ["--model", "m", *left]
+
+
+def test_a_master_switch_value_that_is_no_switch_word_is_refused():
+    with pytest.raises(FlagError, match="--dspark-enabled='maybe' is not true or false; fix:"):
+        parse(["--model", "m", "--dspark-enabled=maybe"])
     assert parse(["--dspark-enabled", "--no-dspark-schema-compile"])[0].schema_compile is False
 
 
