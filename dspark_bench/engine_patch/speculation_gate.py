@@ -38,6 +38,7 @@ workload whose drafts start to land again is found within that many steps.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,7 +113,10 @@ class SpeculationGate:
     waited: dict[str, int] = field(default_factory=dict)  # asynchronous scheduling: steps since last judged
     costs: StepCosts = field(default_factory=StepCosts)
     relative_costs: tuple[float, float] = (VERIFY_COST, DRAFT_COST)  # costs.relative() for this step's batch
-    _step: tuple[float, int, bool] | None = None  # (started, positions, drafter runs after it)
+    # Steps scheduled and not yet finished, oldest first: (started, positions, drafter runs after it). One on
+    # the synchronous path; two under asynchronous scheduling, which schedules a step while the one before runs.
+    _in_flight: deque[tuple[float, int, bool]] = field(default_factory=deque)
+    _last_finished: float | None = None
     _steps_since_said: int = 0
 
     def rate(self, request_id: str) -> float:
@@ -125,16 +129,20 @@ class SpeculationGate:
     def step_started(self, positions: int, asynchronous: bool = False) -> None:
         """A step of ``positions`` was scheduled; ``asynchronous``: by vLLM's asynchronous scheduler, whose
         drafts are cut by ``slots`` instead of ``cut`` (counted, so the status can say which path ran)."""
-        self._step = (time.perf_counter(), positions, self.drafting)
+        self._in_flight.append((time.perf_counter(), positions, self.drafting))
         if asynchronous and self.counters is not None:
             self.counters.add("async_steps")
 
     def step_finished(self) -> None:
-        """The step's worker time (forward, sampling, and the drafter's pass when it ran) into the fit."""
-        if self._step is not None:
-            started, positions, drafted = self._step
-            self.costs.record(positions, drafted, time.perf_counter() - started)
-            self._step = None
+        """The oldest step's worker time (forward, sampling, and the drafter's pass when it ran) into the fit:
+        from its scheduling, or, where it was scheduled while the step before still ran (asynchronous
+        scheduling), from that step's end."""
+        if self._in_flight:
+            started, positions, drafted = self._in_flight.popleft()
+            now = time.perf_counter()
+            seconds = now - max(started, self._last_finished or started)
+            self._last_finished = now
+            self.costs.record(positions, drafted, seconds)
             self._steps_since_said += 1
             if self.counters is not None and (fitted := self.costs.fitted) is not None and self._steps_since_said >= SAY_EVERY:
                 self._steps_since_said = 0

@@ -66,46 +66,60 @@ def _async_scheduler():
     return AsyncScheduler(vllm_config=config, kv_cache_config=kv_cache, structured_output_manager=StructuredOutputManager(config), block_size=BLOCK)
 
 
-def _run(scheduler, landing: dict[str, bool], steps: int) -> list[dict[str, int]]:
+def _run(scheduler, landing: dict[str, bool], steps: int, overlapped: bool = False) -> list[dict[str, int]]:
     """Add one request per entry of ``landing`` (whether the model accepts its drafts) and run ``steps``
-    steps one after the other; per step, the draft positions each request verified."""
+    steps; per step, the draft positions each request verified. ``overlapped``: as vLLM's engine core runs
+    an asynchronous scheduler (``step_with_batch_queue``), each step is scheduled before the output of the
+    one before it is processed."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
     for number, request_id in enumerate(landing):
         scheduler.add_request(Request(request_id, [10 + number] * 8, SamplingParams(max_tokens=10_000, ignore_eos=True), None))
-    verified = []
-    for _ in range(steps):
-        output = scheduler.schedule()
+
+    def processed(output) -> dict[str, int]:
         ids = list(output.num_scheduled_tokens)
         drafts = {r: len(output.scheduled_spec_decode_tokens.get(r, ())) for r in ids}
         sampled = [[5] * ((drafts[r] if landing[r] else 0) + 1) for r in ids]
         scheduler.update_from_output(output, ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled))
-        verified.append(drafts)
+        return drafts
+
+    verified, in_flight = [], None
+    for _ in range(steps):
+        output = scheduler.schedule()
+        if not overlapped:
+            verified.append(processed(output))
+            continue
+        if in_flight is not None:
+            verified.append(processed(in_flight))
+        in_flight = output
     return verified
 
 
-def test_vllms_async_scheduler_verifies_every_placeholder_for_every_request(patched):
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_vllms_async_scheduler_verifies_every_placeholder_for_every_request(patched, overlapped):
     """Without the gate (the baseline the cap changes): every request verifies all its placeholders."""
-    verified = _run(_async_scheduler(), {"hit": True, "miss": False}, 40)
-    assert all(step == {"hit": DRAFTS, "miss": DRAFTS} for step in verified[2:])
+    verified = _run(_async_scheduler(), {"hit": True, "miss": False}, 40, overlapped)
+    assert all(step == {"hit": DRAFTS, "miss": DRAFTS} for step in verified[3:])
 
 
-def test_the_cap_cuts_placeholders_of_a_request_whose_drafts_miss_and_rejudges_it(patched, tmp_path):
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_the_cap_cuts_placeholders_of_a_request_whose_drafts_miss_and_rejudges_it(patched, tmp_path, overlapped):
     gate = _gate(EngineCounters(tmp_path / "engine-1.counters"))
     patched(gate)
     scheduler = _async_scheduler()
-    verified = _run(scheduler, {"hit": True, "miss": False}, 3 * REJUDGE_STEPS)
-    assert all(step["hit"] == DRAFTS for step in verified[2:])  # drafts that land keep every position
+    steps = 3 * REJUDGE_STEPS
+    verified = _run(scheduler, {"hit": True, "miss": False}, steps, overlapped)
+    assert all(step["hit"] == DRAFTS for step in verified[3:])  # drafts that land keep every position
     missed = [step["miss"] for step in verified]
-    dormant_from = missed.index(0, 2)  # a few misses, then no positions at all
+    dormant_from = missed.index(0, 3)  # a few misses, then no positions at all
     assert dormant_from < 10
     rejudged = [i for i, n in enumerate(missed) if i > dormant_from and n]
     assert len(rejudged) == 2 and rejudged[1] - rejudged[0] == REJUDGE_STEPS  # verified again, once per REJUDGE_STEPS
     assert sum(missed[rejudged[0] + 1 : rejudged[1]]) == 0
     counts = read_counters(tmp_path)
-    assert counts["async_steps"] == counts["engine_steps"] == 3 * REJUDGE_STEPS
+    assert counts["async_steps"] == counts["engine_steps"] == steps
     assert gate.history["miss"].rate < 0.3 < 0.9 < gate.history["hit"].rate
 
 

@@ -272,3 +272,25 @@ def test_steps_scheduled_asynchronously_are_counted(tmp_path):
     gate.step_started(13, asynchronous=True)
     gate.step_started(26, asynchronous=True)
     assert read_counters(tmp_path)["async_steps"] == 2
+
+
+def test_steps_in_flight_together_are_each_timed_from_the_end_of_the_one_before():
+    """vLLM's asynchronous scheduling schedules a step while the one before runs: each step's time is taken
+    from the previous step's end (the pipeline's interval), not from its own scheduling, and none is lost."""
+    from dspark_bench.engine_patch.acceptance import StepCosts
+
+    recorded: list[tuple[int, float]] = []
+    costs = StepCosts()
+    costs.record = lambda positions, drafted, seconds: recorded.append((positions, seconds))  # type: ignore[method-assign]
+    gate = SpeculationGate(costs=costs)
+    clock = iter([0.0, 1.0, 3.0, 4.0, 5.0, 7.0, 10.0, 12.0])
+    with patch("dspark_bench.engine_patch.speculation_gate.time.perf_counter", lambda: next(clock)):
+        gate.step_started(10)  # 0
+        gate.step_started(20)  # 1: scheduled while the first runs
+        gate.step_finished()  # 3: the first, 3 s from its scheduling
+        gate.step_started(30)  # 4
+        gate.step_finished()  # 5: the second, 2 s after the first ended (4 after it was scheduled)
+        gate.step_finished()  # 7: the third, 2 s after the second ended
+        gate.step_started(40)  # 10: after an idle spell, alone
+        gate.step_finished()  # 12
+    assert recorded == [(10, 3.0), (20, 2.0), (30, 2.0), (40, 2.0)]
