@@ -59,6 +59,11 @@ class Difference:
     stock_text: str
 
 
+def _bytes(logprob: dict) -> bytes:
+    """A log-prob entry's token as bytes (its ``bytes`` field: a token may hold part of a character)."""
+    return bytes(logprob["bytes"]) if logprob.get("bytes") is not None else logprob["token"].encode()
+
+
 def first_difference(stock_tokens: list[bytes], patched: bytes) -> int | None:
     """Index of the first stock token the patched answer does not continue with; None if equal.
 
@@ -70,6 +75,23 @@ def first_difference(stock_tokens: list[bytes], patched: bytes) -> int | None:
             return index
         offset += len(token)
     return None if offset == len(patched) else len(stock_tokens)
+
+
+def parted_at(stock_tokens: list[bytes], alternatives: list[list[bytes]], patched: bytes) -> int | None:
+    """Where the answers part, in stock tokens; None if equal. Usually ``first_difference``; but where the
+    patched answer continues with a longer token the stock server ranked second at the token before (stock
+    ``o`` then ``","``, patched ``ost`` then ``a Inc``: the same bytes up to there, split otherwise), they
+    parted there, and that token's top-2 gap is the one that says whether it was a near-tie.
+    ``alternatives``: per stock token, its top log-prob tokens' bytes."""
+    position = first_difference(stock_tokens, patched)
+    if not position:
+        return position
+    before = position - 1
+    offset = sum(len(t) for t in stock_tokens[:before])
+    chosen = stock_tokens[before]
+    if any(len(other) > len(chosen) and patched.startswith(other, offset) for other in alternatives[before]):
+        return before
+    return position
 
 
 REQUESTS = ("explicit", "default")
@@ -107,8 +129,8 @@ def compare(
         steps = reference["logprobs"]["content"]
         if reference["finish_reason"] == "stop" and steps and not reference["message"]["content"].endswith(steps[-1]["token"]):
             steps = steps[:-1]  # the end-of-sequence token: scored, never part of the text
-        tokens = [bytes(step["bytes"]) if step.get("bytes") is not None else step["token"].encode() for step in steps]
-        position = first_difference(tokens, answer.encode())
+        tokens = [_bytes(step) for step in steps]
+        position = parted_at(tokens, [[_bytes(c) for c in step["top_logprobs"]] for step in steps], answer.encode())
         if position is None:
             equal += 1
             continue

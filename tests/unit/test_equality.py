@@ -1,6 +1,6 @@
 """Finding where two answers part, in bytes (a token may hold half a character), and the report."""
 
-from studies.equality import NEAR_TIE_NATS, first_difference, render_markdown
+from studies.equality import NEAR_TIE_NATS, first_difference, parted_at, render_markdown
 
 TOKENS = [b'{"', b"name", b'":"', "何".encode()[:2], "何".encode()[2:], b'"}']
 
@@ -14,6 +14,18 @@ def test_first_differing_token_even_inside_a_character():
     assert first_difference(TOKENS, '{"nam":"何"}'.encode()) == 1
     assert first_difference(TOKENS, '{"name":"何"}, "x"'.encode()) == len(TOKENS)  # patched ran on
     assert first_difference(TOKENS, b'{"') == 1  # patched stopped early
+
+
+def test_answers_that_split_the_same_text_otherwise_part_where_the_split_began():
+    """Stock wrote ``o`` then ``","`` where its second choice was ``ost``; the patched answer took ``ost``:
+    byte by byte they part at ``","``, but the choice was made at ``o``, whose top-2 gap is the near-tie."""
+    stock = [b'{"v":"C', b"o", b'","', b"t"]
+    alternatives = [[b'{"v":"C'], [b"o", b"ost"], [b'","', b"d"], [b"t"]]
+    assert first_difference(stock, b'{"v":"Costa Inc","t') == 2
+    assert parted_at(stock, alternatives, b'{"v":"Costa Inc","t') == 1
+    assert parted_at(stock, alternatives, b'{"v":"Cod","t') == 2  # no alternative before continues it: parted at 2
+    assert parted_at(stock, alternatives, b'{"v":"Co","t') is None
+    assert parted_at(stock, alternatives, b'x') == 0
 
 
 def test_report_counts_near_ties():
