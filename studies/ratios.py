@@ -11,26 +11,21 @@ a level during which the server paused is not valid here, as it would be now.
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
 
 from dspark_bench.loadtests.arms import REFERENCE_ARM
-from dspark_bench.loadtests.metrics import level_metrics, pause_problems
-from dspark_bench.loadtests.records import RequestRecord, read_records
-from dspark_bench.loadtests.results import by_repeat, levels_frame, load_results, measurements
+from dspark_bench.loadtests.metrics import pause_problems
+from dspark_bench.loadtests.results import levels_frame, load_results
 from dspark_bench.reports.tables import ratios_to
+from studies.silences import LevelKey, recomputed_levels
 
 
-def paused_levels(run: Path) -> dict[tuple[str, str, float, int], str]:
+def paused_levels(run: Path) -> dict[LevelKey, str]:
     """(arm, scenario, level, repeat) -> why, for the levels of ``run``'s records during which the server paused."""
-    levels: dict[tuple[str, str, float, int], list[RequestRecord]] = defaultdict(list)
-    for record in read_records(run):
-        levels[(record.arm, record.scenario, float(record.level), record.repeat)].append(record)
     paused = {}
-    for key, records in levels.items():
-        metrics = level_metrics(records)
+    for key, metrics in recomputed_levels(run).items():
         if problems := pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms):
             paused[key] = problems[0]
     return paused
@@ -57,13 +52,10 @@ def main(argv: list[str]) -> int:
     results = load_results(args.run)
     print(f"{args.run}: {results.machine.summary}")
     frame = with_pauses(levels_frame(results), args.run)
-    valid = measurements(frame)
     for (scenario, level, arm), paired in sorted(ratios_to(frame, args.against).items()):
         if arm == args.against:
             continue
-        mine = by_repeat(valid[(valid["arm"] == arm) & (valid["scenario"] == scenario) & (valid["level"] == level)], "effective_tok_s")
-        base = by_repeat(valid[(valid["arm"] == args.against) & (valid["scenario"] == scenario) & (valid["level"] == level)], "effective_tok_s")
-        each = ", ".join(f"{mine[r] / base[r]:.2f}" for r in sorted(set(mine) & set(base)) if base[r] > 0)
+        each = ", ".join(f"{ratio:.2f}" for ratio in paired.per_repeat)
         interval = f" ({paired.low:.2f}-{paired.high:.2f})" if paired.interval else ""
         print(f"{scenario} {level:g} users  {arm} / {args.against}: {paired.ratio:.2f}x{interval}, {paired.repeats} pairs: {each}")
     return 0

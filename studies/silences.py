@@ -11,8 +11,18 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from dspark_bench.loadtests.metrics import level_metrics, pause_problems
+from dspark_bench.loadtests.metrics import LevelMetrics, level_metrics, pause_problems
 from dspark_bench.loadtests.records import RequestRecord, read_records
+
+LevelKey = tuple[str, str, float, int]  # arm, scenario, level, repeat
+
+
+def recomputed_levels(run: Path) -> dict[LevelKey, LevelMetrics]:
+    """Each level's metrics, recomputed from ``run``'s records (requests.jsonl, or its gzip as committed)."""
+    levels: dict[LevelKey, list[RequestRecord]] = defaultdict(list)
+    for record in read_records(run):
+        levels[(record.arm, record.scenario, float(record.level), record.repeat)].append(record)
+    return {key: level_metrics(records) for key, records in levels.items()}
 
 
 def main(runs: list[str]) -> int:
@@ -20,12 +30,8 @@ def main(runs: list[str]) -> int:
         print("usage: python -m studies.silences RUN_DIR [RUN_DIR ...]", file=sys.stderr)
         return 2
     for run in map(Path, runs):
-        levels: dict[tuple[str, str, float, int], list[RequestRecord]] = defaultdict(list)
-        for record in read_records(run):  # requests.jsonl, or its gzip as committed
-            levels[(record.arm, record.scenario, record.level, record.repeat)].append(record)
         found = []
-        for (arm, _, level, repeat), records in levels.items():
-            metrics = level_metrics(records)
+        for (arm, _, level, repeat), metrics in recomputed_levels(run).items():
             if metrics.longest_silence_ms is not None and metrics.itl_p99_ms:
                 problems = pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms)
                 found.append((metrics.longest_silence_ms / metrics.itl_p99_ms, metrics.longest_silence_ms, arm, level, repeat, problems))

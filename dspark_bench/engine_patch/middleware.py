@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily
 
 from dspark_bench.engine_patch.state import (
+    ASYNC_CAP_HOW,
     SCHEMA_STATE_FILE,
     STATE_DIR_ENV,
     STATUS_ENV,
@@ -208,7 +209,7 @@ def observed_cap(expected: str | None, counts: dict[str, int]) -> str | None:
     if expected is None or expected.startswith("off") or not counts.get("engine_steps"):
         return expected
     if counts.get("async_steps"):
-        return f"active (asynchronous scheduling, {counts['async_steps']} of {counts['engine_steps']} steps: each request's draft placeholders cut to its budget)"
+        return f"active (asynchronous scheduling, {counts['async_steps']} of {counts['engine_steps']} steps: {ASYNC_CAP_HOW})"
     return "active"
 
 

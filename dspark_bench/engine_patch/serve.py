@@ -42,7 +42,7 @@ from pathlib import Path
 
 from dspark_bench.engine_patch import SUPPORTED_VLLM
 from dspark_bench.engine_patch.flags import DSparkOptions, FlagError, parse
-from dspark_bench.engine_patch.state import GATE_ENV, SCHEMA_STATE_FILE, STATE_DIR_ENV, STATUS_ENV
+from dspark_bench.engine_patch.state import ASYNC_CAP_HOW, GATE_ENV, SCHEMA_STATE_FILE, STATE_DIR_ENV, STATUS_ENV
 
 NGRAM_LOOKUP = {"prompt_lookup_max": 5, "prompt_lookup_min": 2}
 DRAFT_MODEL_SIDECAR = "dspark.json"  # a checkpoint names its draft model here: {"draft_model": "../x-draft"}
@@ -282,7 +282,7 @@ def startup_failure(exc: BaseException) -> str:
 # cap acts on both paths, by different hooks (speculation_gate); the status says which.
 ASYNC_SPEC_METHODS = ("dflash", "dspark", "draft_model")
 NO_ASYNC_FLAG = "--no-async-scheduling"
-ASYNC_CAP = "active (asynchronous scheduling: each request's draft placeholders cut to its budget)"
+ASYNC_CAP = f"active (asynchronous scheduling: {ASYNC_CAP_HOW})"
 
 
 def acceptance_cap(method: str | None, gpu: bool, argv: list[str], environ: dict[str, str]) -> str:

@@ -11,6 +11,7 @@ import numpy as np
 STATUS_ENV = "DSPARK_STATUS"  # JSON of what dspark-serve switched on and why (its status line, as data)
 STATE_DIR_ENV = "DSPARK_STATE_DIR"  # folder the engine process and the API server share while serving
 GATE_ENV = "DSPARK_ACCEPTANCE_CAP"  # "0": verify every draft the load allows, whatever lands
+ASYNC_CAP_HOW = "each request's draft placeholders cut to its budget"  # the cap under asynchronous scheduling
 SCHEMA_STATE_FILE = "schemas.json"  # written by the launcher's schema precompile thread
 COUNTER_GLOB = "engine-*.counters"  # one memory-mapped counters file per engine process
 # SchedulerOutput attribute (engine core -> worker): the requests whose context the drafter keeps (None: all)

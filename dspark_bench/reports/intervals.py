@@ -67,7 +67,11 @@ class PairedRatio:
     ratio: float
     low: float | None
     high: float | None
-    repeats: int
+    per_repeat: tuple[float, ...]  # the per-repeat ratios, in repeat order
+
+    @property
+    def repeats(self) -> int:
+        return len(self.per_repeat)
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -87,13 +91,13 @@ def paired_ratio(a: Mapping[int, float] | None, b: Mapping[int, float] | None) -
     common = sorted(r for r in set(a) & set(b) if a[r] > 0 and b[r] >= 0)
     if not common:
         return None
-    ratios = [b[r] / a[r] for r in common]
+    ratios = tuple(b[r] / a[r] for r in common)
     if min(ratios) == 0:
-        return PairedRatio(0.0, None, None, len(ratios))
+        return PairedRatio(0.0, None, None, ratios)
     logs = [math.log(r) for r in ratios]
     mean = sum(logs) / len(logs)
     if len(logs) < 2:
-        return PairedRatio(math.exp(mean), None, None, 1)
+        return PairedRatio(math.exp(mean), None, None, ratios)
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
     half = t_975(len(logs) - 1) * sd / math.sqrt(len(logs))
-    return PairedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs))
+    return PairedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), ratios)
