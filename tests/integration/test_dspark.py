@@ -2,6 +2,7 @@
 on, speculation is accepted, and outputs equal stock vLLM's at temperature 0 (lossless)."""
 
 import json
+import os
 import sys
 
 import httpx
@@ -18,6 +19,7 @@ from tests.integration.conftest import TEST_SERVER_ARGS
 
 pytestmark = pytest.mark.integration
 EXAMPLES = REPO_ROOT / "examples" / "requests.jsonl"
+CPU_ASYNC = REPO_ROOT / "tests" / "integration" / "cpu_async"  # vLLM's asynchronous scheduling, kept on on a CPU
 ARTICLE_FLAGS = ["--dspark-enabled", "--response-format", "json", "--enable-prefix-caching", "--dspark-speculative-length", "5"]
 
 
@@ -58,9 +60,19 @@ def servers(tmp_path_factory, stock_server):
             [*ARTICLE_FLAGS, "--dspark-draft-model", str(write_missing_drafter(tmp_path_factory.mktemp("missing")))],
             env,
         ),
+        # The article's flags under vLLM's asynchronous scheduling, as vLLM runs these drafters on a GPU.
+        ServerSpec(
+            "async",
+            str(DEFAULT_MODEL),
+            "tiny-json",
+            [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
+            common,
+            ARTICLE_FLAGS,
+            {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(CPU_ASYNC), os.environ.get("PYTHONPATH")]))},
+        ),
     ]
     try:
-        names = ("dspark", "structure", "missing")
+        names = ("dspark", "structure", "missing", "async")
         yield {"stock": stock_server, **dict(zip(names, deployer.start_many(specs), strict=True))}
     finally:
         deployer.stop_all()
@@ -108,7 +120,7 @@ def test_status_line_and_endpoint_say_what_is_on(servers):
 STOCK_ANSWERS: dict[str, str] = {}
 
 
-@pytest.mark.parametrize("arm", ["dspark", "structure"])
+@pytest.mark.parametrize("arm", ["dspark", "structure", "async"])
 def test_lossless_and_speculation_accepted(servers, arm):
     stock, dspark = servers["stock"], servers[arm]
     before = scrape(dspark.base_url)
@@ -129,10 +141,17 @@ def test_lossless_and_speculation_accepted(servers, arm):
     accepted = after["vllm:spec_decode_num_accepted_tokens"] - before.get("vllm:spec_decode_num_accepted_tokens", 0)
     steps = after["vllm:spec_decode_num_drafts"] - before.get("vllm:spec_decode_num_drafts", 0)
     assert accepted > 0
-    # every step's drafts came back with its sampled tokens (draft_handoff), none in a round trip of their own
-    assert status["carried_draft_steps"] > status_before["carried_draft_steps"]
-    assert status["fetched_draft_steps"] == status_before["fetched_draft_steps"]
-    if arm == "dspark":
+    if arm == "async":
+        # the engine core scheduled every step's drafts as placeholders, and the cap cut them (the worker keeps
+        # the drafts: nothing to hand back)
+        steps_run = status["engine_steps"] - status_before["engine_steps"]
+        assert status["async_steps"] - status_before["async_steps"] == steps_run > 0
+        assert status["acceptance_cap"].startswith("active (asynchronous scheduling"), status["acceptance_cap"]
+    else:
+        # every step's drafts came back with its sampled tokens (draft_handoff), none in a round trip of their own
+        assert status["carried_draft_steps"] > status_before["carried_draft_steps"]
+        assert status["fetched_draft_steps"] == status_before["fetched_draft_steps"]
+    if arm in ("dspark", "async"):
         # The block drafter lands nearly every draft it is asked for (0.98 of them, 4.6 a step, on an AVX-512
         # EPYC); with vLLM CPU's grouped context K-norm left uncorrected (dflash_fixes) its later layers
         # mis-scale the context and it lands 0.87 (3.8 a step). Per draft, not per step: how many drafts a
