@@ -21,6 +21,8 @@
   draft was rejected and is written again by the next step), the later write wins, as it would have
   step by step. A rejected draft's position is written again before any draft can read it: the
   drafter reads context only below the request's length.
+- Under vLLM's asynchronous scheduling (a GPU's, for these drafters), a step after which nothing is drafted
+  still hands the next step each request's last valid token, as vLLM does while drafting (``keep_next_tokens``).
 - Drafts picked in float32: on the CPU, torch's argmax over bfloat16 logits takes five times as long as over
   float32 (96 rows of 3,308: 1.06 ms against 0.19 on the 2-core AVX-512 EPYC), 3% of a step at 8 users.
   float32 holds every bfloat16 value exactly, so the same token wins, ties included.
@@ -48,6 +50,8 @@ READS = (
     "vllm.model_executor.models.qwen3_dflash:DFlashQwen3ForCausalLM.precompute_and_store_context_kv",
     "vllm.v1.worker.gpu_model_runner:GPUModelRunner._get_positions",
     "vllm.v1.attention.backend:CommonAttentionMetadata.slot_mapping",  # the step's slots, reused once checked
+    "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.prepare_next_token_ids_padded",
+    "vllm.v1.worker.gpu_model_runner:GPUModelRunner._copy_valid_sampled_token_count",
 )
 logger = logging.getLogger("dspark")
 BACKLOG_TOKENS = 2048  # context tokens kept aside before they are stored anyway (bounds memory)
@@ -183,6 +187,18 @@ class ContextBacklog:
         model.precompute_and_store_context_kv(model.combine_hidden_states(states), positions, slots)
 
 
+def keep_next_tokens(runner, sampled_token_ids) -> None:
+    """Under asynchronous scheduling the engine core never sees a step's sampled tokens in time, so the next
+    step reads each request's last valid token from the worker (``prev_sampled_token_ids``), which vLLM sets
+    while it drafts. A step whose drafts are verified but after which nothing is drafted skips that call, so
+    this sets it as vLLM's padded-batch path does. Without it such a step (a request's drafts stopping to pay)
+    fails vLLM's bookkeeping, which then expects one sampled token per request."""
+    next_token_ids, valid_counts = runner.drafter.prepare_next_token_ids_padded(
+        sampled_token_ids, runner.requests, runner.input_batch, runner.discard_request_mask.gpu
+    )
+    runner._copy_valid_sampled_token_count(next_token_ids, valid_counts)
+
+
 def defer_context_at_zero_drafts() -> None:
     import torch
     from vllm.v1.spec_decode.dflash import DFlashProposer
@@ -198,6 +214,8 @@ def defer_context_at_zero_drafts() -> None:
         arguments = signature.bind(self, *args, **kwargs).arguments
         scheduler_output, aux = arguments["scheduler_output"], arguments["aux_hidden_states"]
         if isinstance(self.drafter, DFlashProposer) and scheduler_output.num_spec_tokens_to_schedule == 0 and aux is not None:
+            if self.use_async_scheduling:
+                keep_next_tokens(self, arguments["sampled_token_ids"])
             wanted = getattr(scheduler_output, CONTEXT_IDS, None)  # None: every request's context is wanted
             if wanted is not None and not wanted:  # every running request dormant: nothing to keep, no work
                 return torch.empty(self.input_batch.num_reqs, 0, dtype=torch.int64, device=aux[0].device)

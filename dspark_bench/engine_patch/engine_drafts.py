@@ -9,8 +9,8 @@ that are not the learned drafter's are walked by the request's grammar (``valida
 is, so nothing it rejects is verified, and their verification is booked to their source, not to the
 learned drafter (``ENGINE_DRAFTED``).
 
-Only vLLM's synchronous scheduling (the CPU's) runs ``EngineCore.post_step``; under async scheduling
-(GPU) no engine-core drafts are made.
+Only under vLLM's synchronous scheduling (the CPU's): under asynchronous scheduling (a GPU's, for these
+drafters) vLLM still calls ``EngineCore.post_step``, but no engine-core drafts are made there.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ READS = (
     "vllm.v1.structured_output:StructuredOutputManager.validate_tokens",
     "vllm.v1.request:Request.num_tokens_with_spec",  # how the scheduler schedules the drafts set here
     "vllm.config:SpeculativeConfig.num_speculative_tokens",
+    "vllm.v1.engine.core:EngineCore.step",  # calls post_step on both scheduling paths
 )
 LEARNED = "learned"
 
@@ -103,7 +104,9 @@ def install(repeat: RepeatDrafter | None, grammar: GrammarDrafter | None, learne
     def with_engine_drafts(self, model_executed):
         nonlocal broken
         post_step(self, model_executed)
-        if model_executed and not broken:
+        # vLLM calls post_step under asynchronous scheduling too, where the worker fills each request's draft
+        # positions with its own drafts: drafts set here would be overwritten, or find none to stand in for.
+        if model_executed and not broken and not self.async_scheduling:
             try:
                 add_drafts(self.scheduler)
             except Exception as exc:  # drafts are an optimisation: never stop the engine for them

@@ -23,57 +23,32 @@ CPU_ASYNC = REPO_ROOT / "tests" / "integration" / "cpu_async"  # vLLM's asynchro
 ARTICLE_FLAGS = ["--dspark-enabled", "--response-format", "json", "--enable-prefix-caching", "--dspark-speculative-length", "5"]
 
 
+def _dspark_spec(name: str, flags: list[str], env: dict[str, str]) -> ServerSpec:
+    return ServerSpec(
+        name, str(DEFAULT_MODEL), "tiny-json", [sys.executable, "-m", "dspark_bench.engine_patch.serve"], list(TEST_SERVER_ARGS), flags, env
+    )
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, stock_server):
     deployer = LocalDeployer(tmp_path_factory.mktemp("logs"), startup_timeout_s=600)
-    common = list(TEST_SERVER_ARGS)
-    env = cpu_server_env()
+    env = {**cpu_server_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}  # six servers share the machine; 1 GiB holds 87k tokens
+    # A drafter whose drafts miss by construction (its weights redrawn at random): the workload where nothing
+    # lands, for the speculation gate.
+    missing_flags = [*ARTICLE_FLAGS, "--dspark-draft-model", str(write_missing_drafter(tmp_path_factory.mktemp("missing")))]
+    # vLLM's asynchronous scheduling, as vLLM runs these drafters on a GPU
+    asynchronous = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(CPU_ASYNC), os.environ.get("PYTHONPATH")]))}
     specs = [
-        ServerSpec(
-            "dspark",
-            str(DEFAULT_MODEL),
-            "tiny-json",
-            [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
-            common,
-            ARTICLE_FLAGS,
-            env,
-        ),
+        _dspark_spec("dspark", ARTICLE_FLAGS, env),
         # The drafter for models that ship no draft model: structure memory + prompt copy; with the
         # speculation gate off, so that every draft (grammar drafts too) is verified on any machine.
-        ServerSpec(
-            "structure",
-            str(DEFAULT_MODEL),
-            "tiny-json",
-            [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
-            common,
-            [*ARTICLE_FLAGS, "--dspark-drafter", "structure"],
-            {**env, GATE_ENV: "0"},
-        ),
-        # A drafter whose drafts miss by construction (its weights redrawn at random): the workload where
-        # nothing lands, for the speculation gate.
-        ServerSpec(
-            "missing",
-            str(DEFAULT_MODEL),
-            "tiny-json",
-            [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
-            common,
-            [*ARTICLE_FLAGS, "--dspark-draft-model", str(write_missing_drafter(tmp_path_factory.mktemp("missing")))],
-            env,
-        ),
-        # The article's flags under vLLM's asynchronous scheduling, as vLLM runs these drafters on a GPU.
-        ServerSpec(
-            "async",
-            str(DEFAULT_MODEL),
-            "tiny-json",
-            [sys.executable, "-m", "dspark_bench.engine_patch.serve"],
-            common,
-            ARTICLE_FLAGS,
-            {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(CPU_ASYNC), os.environ.get("PYTHONPATH")]))},
-        ),
+        _dspark_spec("structure", [*ARTICLE_FLAGS, "--dspark-drafter", "structure"], {**env, GATE_ENV: "0"}),
+        _dspark_spec("missing", missing_flags, env),
+        _dspark_spec("async", ARTICLE_FLAGS, asynchronous),
+        _dspark_spec("missing-async", missing_flags, asynchronous),
     ]
     try:
-        names = ("dspark", "structure", "missing", "async")
-        yield {"stock": stock_server, **dict(zip(names, deployer.start_many(specs), strict=True))}
+        yield {"stock": stock_server, **{spec.arm: endpoint for spec, endpoint in zip(specs, deployer.start_many(specs), strict=True)}}
     finally:
         deployer.stop_all()
 
@@ -204,11 +179,13 @@ def test_grammar_forced_and_speculation_counts(servers):
     assert metrics["dspark_constrained_tokens"] == after["constrained_tokens"]
 
 
-def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(servers):
+@pytest.mark.parametrize("arm", ["missing", "missing-async"])
+def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(servers, arm):
     """Plain-text answers (no grammar, so no grammar drafts) from a server whose drafter misses by
     construction: after judging each request the gate runs the drafter on few steps, most steps run as stock
-    vLLM's, and the answers stay stock vLLM's."""
-    stock, missing = servers["stock"], servers["missing"]
+    vLLM's, and the answers stay stock vLLM's. Under asynchronous scheduling too, where the gate cuts the
+    draft placeholders the engine core schedules, and the engine core makes no drafts of its own."""
+    stock, missing = servers["stock"], servers[arm]
     before = httpx.get(f"{missing.base_url}/dspark/status", timeout=10).json()
     for sample in load_scenario("freeform_qa").samples(Split.EVAL, 4):
         assert _complete(missing, sample, {"type": "text"}, 128) == _complete(stock, sample, {"type": "text"}, 128)
@@ -221,6 +198,9 @@ def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(servers):
     # and test now and then whether drafts land again; the other steps, with no context kept, run as stock's
     assert steps >= 4 * 20 and drafted / steps < 0.4, (steps, drafted, landed)
     assert stock / steps > 0.5, (steps, stock, drafted)
+    if arm == "missing-async":
+        assert after["async_steps"] - before["async_steps"] == steps
+        assert after["repeat_draft_tokens"] == after["grammar_draft_tokens"] == 0
 
 
 def test_grammar_drafts_land_on_schemas_the_drafter_never_saw_and_answers_stay_stock(servers):
