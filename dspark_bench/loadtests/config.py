@@ -308,8 +308,28 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
         if str(values["mode"]) not in {Mode.PROMPT, Mode.JSON_OBJECT, Mode.JSON_SCHEMA}:
             _fail("mode", f"unknown mode {values['mode']!r}", "use prompt, json_object or json_schema")
         values["mode"] = Mode(values["mode"])
+    _drop_levels_not_run(values, overrides)
     config = replace(RunConfig(), **values)
     return validate_config(config)
+
+
+def _drop_levels_not_run(values: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """A file's per-level settings name the file's levels. Where flags choose the levels (or rates) and not
+    those settings, entries for levels this run no longer has are dropped, not refused: ``--levels 16,32`` on a
+    config that gives 1 and 8 users more repeats. Entries written beside the levels they name stay checked."""
+    if overrides.get("levels") is None and overrides.get("rates") is None:
+        return
+
+    def level(value: Any) -> Any:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return value  # validate_config names it
+
+    run = set() if overrides.get("rates") is not None else {level(v) for v in values.get("levels", ())}
+    for name in ("level_requests", "level_repeats"):
+        if overrides.get(name) is None and isinstance(values.get(name), dict):
+            values[name] = {key: count for key, count in values[name].items() if level(key) in run}
 
 
 def validate_config(config: RunConfig) -> RunConfig:

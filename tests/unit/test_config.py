@@ -53,3 +53,17 @@ def test_cli_bad_input_exits_2_with_one_line(capsys):
     assert main(["bench", "--arms", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: setting 'arms'")
+
+
+def test_flags_that_choose_other_levels_drop_the_files_entries_for_levels_not_run(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("levels: [1, 8, 64]\nrepeats: 3\nlevel_repeats: {1: 5, 8: 5}\nlevel_requests: {64: 128}\n")
+    assert load_config(path, levels="16,32").level_repeats == {}
+    kept = load_config(path, levels="1,16")
+    assert kept.level_repeats == {1: 5} and kept.level_requests == {} and kept.repeats_at(1) == 5
+    assert load_config(path, levels="16,32", level_repeats={16: 4}).level_repeats == {16: 4}  # flags name them: kept
+    assert load_config(path).level_repeats == {1: 5, 8: 5}
+    path.write_text("levels: [16]\nlevel_repeats: {1: 5}\n")  # written beside the levels they name: still refused
+    with pytest.raises(ConfigError, match="level_repeats.1"):
+        load_config(path)
+
