@@ -200,7 +200,18 @@ def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(servers, arm
     assert stock / steps > 0.5, (steps, stock, drafted)
     if arm == "missing-async":
         assert after["async_steps"] - before["async_steps"] == steps
-        assert after["repeat_draft_tokens"] == after["grammar_draft_tokens"] == 0
+
+
+def test_the_engine_core_drafts_only_where_the_worker_leaves_it_the_draft_positions(servers):
+    """Repeat and grammar drafts are made in the engine core and verified in the next step. Under vLLM's
+    asynchronous scheduling the worker fills every draft position with its own drafts, so the engine core makes
+    none there, and the answers stay stock vLLM's on both paths (the example dataset, where answers copy the
+    prompt and the grammar forces property names)."""
+    made = {}
+    for arm in ("missing", "missing-async"):
+        before, after = _examples_equal_to_stock(servers, arm, 6)
+        made[arm] = sum(after[name] - before[name] for name in ("repeat_draft_tokens", "grammar_draft_tokens"))
+    assert made["missing"] > 0 and made["missing-async"] == 0, made
 
 
 def test_grammar_drafts_land_on_schemas_the_drafter_never_saw_and_answers_stay_stock(servers):
