@@ -319,17 +319,10 @@ def _drop_levels_not_run(values: dict[str, Any], overrides: dict[str, Any]) -> N
     config that gives 1 and 8 users more repeats. Entries written beside the levels they name stay checked."""
     if overrides.get("levels") is None and overrides.get("rates") is None:
         return
-
-    def level(value: Any) -> Any:
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            return value  # validate_config names it
-
-    run = set() if overrides.get("rates") is not None else {level(v) for v in values.get("levels", ())}
+    run = set() if overrides.get("rates") is not None else {str(level).strip() for level in values.get("levels", ())}
     for name in ("level_requests", "level_repeats"):
         if overrides.get(name) is None and isinstance(values.get(name), dict):
-            values[name] = {key: count for key, count in values[name].items() if level(key) in run}
+            values[name] = {key: count for key, count in values[name].items() if str(key) in run}
 
 
 def validate_config(config: RunConfig) -> RunConfig:
