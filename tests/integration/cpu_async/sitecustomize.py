@@ -9,7 +9,7 @@ event calls, which only order copies on a GPU, do nothing, as vLLM's CPU model r
 do while it starts (``_torch_cuda_wrapper``). On a CPU every copy is done when it returns.
 
 Not shipped: a probe on a 2-core AVX-512 EPYC (order_extraction, json_object) found it answering as the
-synchronous path does and slower, 1,457 against 1,816 tok/s at 8 users and 920 against 1,000 at 1, since the
+synchronous path does and slower, 1,440-1,475 against 1,806-1,829 tok/s at 8 users and 911-932 against 994-1,009 at 1, since the
 CPU's worker is the busy process either way (benchmarks/dspark/RESULTS.md, session 19).
 """
 
