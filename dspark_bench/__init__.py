@@ -5,5 +5,7 @@ Subpackages, each with one role (dependencies point down this list, never up):
 - ``reports``: tables, the HTML page and CI gates, read from a run's results.json and records;
 - ``loadtests``: deploy the arms, drive them with Locust, validate, record, measure;
 - ``scenarios``: what is asked: messages, JSON Schema and ground truth per request;
-- ``engine_patch``: ``dspark-serve``, the DSpark engine patch for vLLM; stands alone (imports none of the above).
+
+The DSpark engine patch is its own distribution, ``dspark-serve`` (``engine/``, import name ``dspark_serve``):
+it imports nothing of this package, and this package needs it only to start local DSpark arms.
 """

@@ -7,12 +7,13 @@ incomplete) or the gate failed; 2 bad configuration or input (nothing was starte
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import warnings
 from datetime import datetime
 from pathlib import Path
 
 import locust  # noqa: F401  - early: gevent patches sockets before anything opens one
+import numpy as np
 
 from dspark_bench.loadtests.arms import REFERENCE_ARM
 from dspark_bench.loadtests.config import ConfigError, RunConfig, add_setting_flags, flag_overrides, load_config, placement_line
@@ -21,6 +22,8 @@ from dspark_bench.loadtests.records import records_path
 from dspark_bench.loadtests.results import ResultsError, RunResults, load_results, results_from_records
 from dspark_bench.loadtests.sweep import RunAborted, run_sweep
 from dspark_bench.reports import render_html
+from dspark_bench.reports.article import load_records
+from dspark_bench.reports.compare import build_comparison
 from dspark_bench.reports.gate import (
     Check,
     GateError,
@@ -29,10 +32,11 @@ from dspark_bench.reports.gate import (
     format_checks,
     load_thresholds,
     only_measurement_failed,
+    write_checks,
 )
 from dspark_bench.reports.history import HISTORY_RUNS, MIN_HISTORY, format_history, history_panel, run_ratios, standings
 from dspark_bench.reports.html import render_comparison
-from dspark_bench.reports.tables import capacity_lines, format_summary, session_lines, summary_frame
+from dspark_bench.reports.tables import capacity_lines, format_summary, session_lines, summary_frame, warning_lines
 from dspark_bench.store import STORE_ENV, STORE_FILE, RunStore, StoreError, runs_in, safe_url, store_url
 
 
@@ -213,21 +217,33 @@ def _gate_run(
         print(f"gate: limits from {runs_in(history)} earlier complete run(s) of {results.machine.kind} in {safe_url(url)}")
     checks = evaluate(results, thresholds, reference, history)
     print("\n" + format_checks(checks))
-    (run_dir / "gate.json").write_text(json.dumps([c.__dict__ for c in checks], indent=1), encoding="utf-8")
+    write_checks(run_dir, checks)
     return (0 if checks and all(c.passed for c in checks) else 1), checks
 
 
 def _report(run_dir: Path, store: str | None = None, source: str = "bench") -> None:
     """Print the summary, write the page and, with a ``store``, set the run against its history there and
-    record it. A store that fails costs the run nothing: one warning says how to record it later."""
+    record it. A store that fails costs the run nothing: one warning says how to record it later. A run cut
+    short has levels with no requests: their empty means are the report's to mark, not numpy's to warn about."""
     if not (run_dir / "results.json").exists():
         return
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _write_report(run_dir, store, source)
+
+
+def _write_report(run_dir: Path, store: str | None, source: str) -> None:
     results = load_results(run_dir)
     print(f"\nmachine: {results.machine.summary}")
     if placement := placement_line(results.config):
         print(placement)
-    print(format_summary(summary_frame(results)))
-    for line in [*session_lines(results), *capacity_lines(results)]:
+    comparison = build_comparison(results, load_records(run_dir))
+    summary = summary_frame(results, comparison=comparison)
+    (run_dir / "summary.txt").write_text(format_summary(summary) + "\n", encoding="utf-8")
+    print(format_summary(summary, compact=True))
+    print(f"(x ref: effective tok/s over {REFERENCE_ARM}'s, paired by repeat; x finished: the same over answers that ended "
+          f"on their own in both arms; every column: {run_dir / 'summary.txt'})")
+    for line in [*warning_lines(comparison), *session_lines(results), *capacity_lines(results)]:
         print(line)
     panel: list[str] = []
     if store is not None:

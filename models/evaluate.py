@@ -20,9 +20,9 @@ from dspark_bench.loadtests.config import load_config
 from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
 from dspark_bench.loadtests.deploy.servers import common_server_args, vllm_launcher
-from dspark_bench.loadtests.openai_api import ask
+from dspark_bench.loadtests.openai_api import RequestSettings, ask
 from dspark_bench.loadtests.validate import Verdict, validate
-from dspark_bench.scenarios import Sample, Scenario, Split, builtin_names, load_scenario
+from dspark_bench.scenarios import Mode, Sample, Scenario, Split, builtin_names, load_scenario
 from models.corpus import MIX
 
 MODELS_DIR = Path(__file__).parent
@@ -42,7 +42,7 @@ def trained_scenarios() -> list[Scenario]:
 
 
 def _ask(endpoint: Endpoint, sample: Sample) -> tuple[str, str | None]:
-    choice = ask(endpoint.base_url, endpoint.model, sample.messages, timeout_s=ANSWER_TIMEOUT_S)["choices"][0]
+    choice = ask(endpoint.base_url, RequestSettings(endpoint.model, Mode.PROMPT, request_timeout_s=ANSWER_TIMEOUT_S), sample)["choices"][0]
     return choice["message"]["content"], choice["finish_reason"]
 
 

@@ -19,9 +19,9 @@ import torch
 import xgrammar as xgr
 from transformers import AutoModelForCausalLM
 
-from dspark_bench.engine_patch.acceptance import landed
-from dspark_bench.engine_patch.repeat_drafts import continuation
 from dspark_bench.scenarios import Split, load_scenario
+from dspark_serve.acceptance import landed
+from dspark_serve.repeat_drafts import continuation
 from models.dflash import MASK_TOKEN_ID, load_draft, target_features
 from models.tokenizer import load_tokenizer
 

@@ -33,7 +33,7 @@ from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
 from dspark_bench.loadtests.deploy.servers import common_server_args, dspark_launcher, vllm_launcher
 from dspark_bench.loadtests.machine import machine_facts
-from dspark_bench.loadtests.openai_api import MAX_TOKENS, ask
+from dspark_bench.loadtests.openai_api import RequestSettings, ask
 from dspark_bench.loadtests.server_metrics import delta, scrape
 from dspark_bench.scenarios import Mode, Split, load_scenario
 
@@ -110,16 +110,16 @@ def compare(
     patched answers are made in batches as large as a benchmark level's."""
     scenario = load_scenario(scenario_name)
     samples = list(scenario.samples(Split.EVAL, prompts))
-    formats = [sample.response_format(mode if sample.is_json else Mode.TEXT) for sample in samples]
+    modes = [mode if sample.is_json else Mode.TEXT for sample in samples]
 
     def stock_answer(i: int) -> dict:
-        return ask(stock.base_url, stock.model, samples[i].messages, response_format=formats[i], timeout_s=ANSWER_TIMEOUT_S,
-                   max_tokens=samples[i].max_tokens or MAX_TOKENS, logprobs=True, top_logprobs=2)["choices"][0]  # fmt: skip
+        settings = RequestSettings(stock.model, modes[i], request_timeout_s=ANSWER_TIMEOUT_S)
+        return ask(stock.base_url, settings, samples[i], logprobs=True, top_logprobs=2)["choices"][0]
 
     def patched_answer(i: int) -> str:
-        patched_format = None if request == "default" else formats[i]  # default: the patch picks json_object
-        return ask(patched.base_url, patched.model, samples[i].messages, response_format=patched_format, timeout_s=ANSWER_TIMEOUT_S,
-                   max_tokens=samples[i].max_tokens or MAX_TOKENS)["choices"][0]["message"]["content"] or ""  # fmt: skip
+        patched_mode = Mode.PROMPT if request == "default" else modes[i]  # default: no response_format, the patch picks json_object
+        settings = RequestSettings(patched.model, patched_mode, request_timeout_s=ANSWER_TIMEOUT_S)
+        return ask(patched.base_url, settings, samples[i])["choices"][0]["message"]["content"] or ""
 
     with ThreadPoolExecutor(concurrency) as pool:
         references = list(pool.map(stock_answer, range(len(samples))))

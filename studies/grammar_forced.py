@@ -17,8 +17,8 @@ from pathlib import Path
 
 import xgrammar as xgr
 
-from dspark_bench.engine_patch.grammar_counter import single_token_rows
 from dspark_bench.scenarios import Split, load_scenario
+from dspark_serve.grammar_counter import single_token_rows
 from models.tokenizer import load_tokenizer
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-json"

@@ -1,5 +1,5 @@
 """Each arm's paired ratio of effective JSON tok/s to another arm, as the harness computes it
-(``reports.tables.ratios_to``: the geometric mean over the repeats in which both levels were valid, with an
+(``reports.compare.ratios``: the geometric mean over the repeats in which both levels were valid, with an
 exact-t 95% interval), and the per-repeat ratios behind it.
 
     .venv/bin/python -m studies.ratios RUN_DIR [--against ARM]
@@ -18,7 +18,7 @@ import pandas as pd
 from dspark_bench.loadtests.arms import REFERENCE_ARM
 from dspark_bench.loadtests.metrics import pause_problems
 from dspark_bench.loadtests.results import levels_frame, load_results
-from dspark_bench.reports.tables import ratios_to
+from dspark_bench.reports.compare import ratios as ratios_to
 from studies.silences import LevelKey, recomputed_levels
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_bench.engine_patch.drafter import StructureMemory, TextCopy, propose_one, token_kinds
 from dspark_bench.loadtests.records import read_records
 from dspark_bench.scenarios import Split, load_scenario
+from dspark_serve.drafter import StructureMemory, TextCopy, propose_one, token_kinds
 from models.tokenizer import load_tokenizer
 
 

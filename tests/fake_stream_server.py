@@ -6,7 +6,8 @@ the server is never the bottleneck, so any shortfall in concurrency is the clien
     python tests/fake_stream_server.py --port 8123 [--tokens 10] [--token-ms 20] [--slots N] [--long-every K --long-tokens M]
 
 With ``--slots N`` it writes at most N answers at once and queues the rest: a server with a capacity. With
-``--long-every K`` every K-th answer has ``--long-tokens`` tokens: lengths as varied as a model's.
+``--long-every K`` every K-th answer has ``--long-tokens`` tokens: lengths as varied as a model's. With
+``--record FILE`` each chat request's body is appended to FILE: what a client put on the wire.
 """
 
 import argparse
@@ -20,6 +21,7 @@ parser.add_argument("--token-ms", type=float, default=20.0)
 parser.add_argument("--slots", type=int, default=0, help="answers written at once, the rest queued (0: no limit)")
 parser.add_argument("--long-every", type=int, default=0, help="every K-th answer is long (0: none)")
 parser.add_argument("--long-tokens", type=int, default=100, help="tokens of a long answer")
+parser.add_argument("--record", help="append each chat request's JSON body to this file, a line each")
 args = parser.parse_args()
 SLOTS = asyncio.Semaphore(args.slots) if args.slots else None
 
@@ -72,6 +74,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             path = head.split(b" ", 2)[1]
             if path == b"/v1/chat/completions":
                 BETWEEN_RESETS[-1] += 1
+                if args.record:
+                    with open(args.record, "a") as record:
+                        record.write(json.dumps(request) + "\n")
             if path == b"/v1/chat/completions" and SLOTS is not None:
                 async with SLOTS:
                     await answer(writer, request)

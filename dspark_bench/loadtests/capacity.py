@@ -7,7 +7,8 @@ they are within ``capacity_resolution`` of each other. Each probe is one open-lo
 (its own prompts, every prefix cache emptied first, its health checked); a probe whose load did not hold
 (the client fell behind the schedule, or other work ran beside it) is run again once, and a probe that
 is still not a measurement stops the search there rather than being read as the server's limit.
-``next_rate`` and ``capacity`` are pure over the probes so far.
+``next_rate`` and ``capacity`` are pure over the probes so far; ``CapacityResult`` is what a run's
+results.json keeps of each search, with its loader.
 """
 
 from __future__ import annotations
@@ -30,6 +31,41 @@ class Probe:
     passed: bool
     valid: bool = True
     problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """One (arm, scenario)'s search as results.json keeps it: the capacity, its bracket and every probe."""
+
+    arm: str
+    scenario: str
+    slo: dict[str, float]
+    share: float
+    resolution: float
+    capacity_req_s: float | None = None
+    bracket: tuple[float, float] | None = None
+    resolved: bool = False
+    stopped: str | None = None
+    probes: tuple[Probe, ...] = ()
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CapacityResult:
+        bracket = raw.get("bracket")
+        return cls(
+            arm=str(raw["arm"]),
+            scenario=str(raw["scenario"]),
+            slo={str(key): float(limit) for key, limit in (raw.get("slo") or {}).items()},
+            share=float(raw["share"]),
+            resolution=float(raw["resolution"]),
+            capacity_req_s=raw.get("capacity_req_s"),
+            bracket=(float(bracket[0]), float(bracket[1])) if bracket else None,
+            resolved=bool(raw.get("resolved")),
+            stopped=raw.get("stopped"),
+            probes=tuple(
+                Probe(float(p["rate"]), float(p["good_share"]), bool(p["passed"]), bool(p.get("valid", True)), tuple(p.get("problems") or ()))
+                for p in raw.get("probes") or ()
+            ),
+        )
 
 
 @dataclass
@@ -81,16 +117,7 @@ class CapacitySearch:
         """The capacity lies within the resolution: a second search should find it again."""
         return self.bracket is not None and self.bracket[1] <= self.bracket[0] * (1 + self.resolution)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "capacity_req_s": self.capacity,
-            "bracket": list(self.bracket) if self.bracket else None,
-            "resolved": self.resolved,
-            "share": self.share,
-            "resolution": self.resolution,
-            "stopped": self.stopped,
-            "probes": [
-                {"rate": p.rate, "good_share": p.good_share, "passed": p.passed, "valid": p.valid, "problems": list(p.problems)}
-                for p in self.probes
-            ],
-        }
+    def result(self, arm: str, scenario: str, slo: dict[str, float]) -> CapacityResult:
+        return CapacityResult(
+            arm, scenario, dict(slo), self.share, self.resolution, self.capacity, self.bracket, self.resolved, self.stopped, tuple(self.probes)
+        )

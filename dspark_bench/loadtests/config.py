@@ -152,6 +152,8 @@ class RunConfig:
     max_tokens: int = setting(MAX_TOKENS, kind=int, example="512", help="max_tokens of every request")
     temperature: float = setting(TEMPERATURE, kind=(int, float), example="0.0",
                                  help="temperature of every request (0: greedy, as the article)")
+    top_p: float | None = setting(None, kind=(int, float), example="0.95", metavar="P",
+                                  help="top_p of every request (unset: the server's default)")
     request_timeout_s: float = setting(REQUEST_TIMEOUT_S, kind=(int, float), example="120", flag="--request-timeout",
                                        help="seconds per request, for the whole answer")
     startup_timeout_s: float = setting(600.0, kind=(int, float), example="600", flag="--startup-timeout",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import gevent
@@ -58,8 +59,16 @@ def _add_arguments(parser) -> None:
     )
 
 
-SINKS: dict[int, RecordSink] = {}  # per Environment: where this process's records go
-ENVIRONMENTS: dict[int, Environment] = {}  # per id: the Environments seen at init (spawning_complete names none)
+@dataclass
+class SwarmState:
+    """This process's state for the swarms of one Locust Environment, kept on it (``environment.dspark``)."""
+
+    sink: RecordSink  # where this process's records go
+    pending: LevelPlan | None = None  # a master's: the swarm's plan, not yet sent to its workers
+
+
+def swarm_state(environment: Environment) -> SwarmState:
+    return environment.dspark  # type: ignore[attr-defined]  # set at init, below
 
 
 @events.init.add_listener
@@ -68,17 +77,18 @@ def _sink_from_cli(environment, **_kwargs) -> None:
     if options is None or not hasattr(options, "scenario"):
         return
     load_scenario(options.scenario)  # a wrong name fails at start-up, with the known ones
-    ENVIRONMENTS[id(environment)] = environment
     runner = environment.runner
     if isinstance(runner, WorkerRunner):  # its plan comes from the master (the sweep's, or Locust's CLI)
-        sink = SINKS[id(environment)] = ForwardingSink(runner)
+        sink = ForwardingSink(runner)
+        environment.dspark = SwarmState(sink)
 
         def take_plan(msg, **_kw) -> None:
             SLOT.set(plan_from_message(msg.data, sink)) if msg.data else SLOT.clear()
 
         runner.register_message(PLAN_MESSAGE, take_plan)
         return
-    folder = SINKS[id(environment)] = SwarmSink(RunFolderSink(Path(options.run_dir)), environment)
+    folder = SwarmSink(RunFolderSink(Path(options.run_dir)), environment)
+    environment.dspark = SwarmState(folder)
     if isinstance(runner, MasterRunner):
 
         def receive(msg, **_kw) -> None:  # Locust passes the message as msg=
@@ -88,6 +98,8 @@ def _sink_from_cli(environment, **_kwargs) -> None:
             folder.write(record)
 
         runner.register_message(RECORD_MESSAGE, receive)
+        # spawning_complete names no Environment: this master's listener knows its own
+        environment.events.spawning_complete.add_listener(lambda **_kw: _plan_to_workers(environment))
 
 
 @events.test_start.add_listener
@@ -119,40 +131,35 @@ def _plan_from_cli(environment, **_kwargs) -> None:
         level=options.rate or 0,
         request=settings_from_locust_options(options, model, mode, headers),
         samples=list(scenario.samples(Split.EVAL, min(1000, stop - start))),
-        sink=SINKS[id(environment)],
+        sink=swarm_state(environment).sink,
         count=options.requests or None,
         arrivals=Arrivals(options.rate, options.arrival == "poisson") if options.rate else None,
         sample_source=(options.scenario, 0),
         ticket_ids=True,
     )
-    sink = SINKS[id(environment)]
-    if isinstance(sink, SwarmSink):
-        sink.expect(plan.total)
+    state = swarm_state(environment)
+    if isinstance(state.sink, SwarmSink):
+        state.sink.expect(plan.total)
     if isinstance(environment.runner, MasterRunner):
-        PENDING[id(environment)] = plan  # sent once the workers have their users (spawning_complete)
+        state.pending = plan  # sent once the workers have their users (spawning_complete)
     else:
         SLOT.set(plan)
 
 
-PENDING: dict[int, LevelPlan] = {}  # per master Environment: the swarm's plan, not yet sent to its workers
-
-
-@events.spawning_complete.add_listener
-def _plan_to_workers(user_count: int, **_kwargs) -> None:
+def _plan_to_workers(environment: Environment) -> None:
     """Give each worker its part of the swarm's plan, once, when they report their users (a later change of
     users in the web UI keeps the plan: new users on a worker share its tickets)."""
-    for environment_id, plan in list(PENDING.items()):
-        environment = ENVIRONMENTS.get(environment_id)
-        if environment is not None and isinstance(environment.runner, MasterRunner):
-            send_plans(environment.runner, plan)
-        PENDING.pop(environment_id, None)
+    state = swarm_state(environment)
+    if state.pending is not None and isinstance(environment.runner, MasterRunner):
+        send_plans(environment.runner, state.pending)
+    state.pending = None
 
 
 @events.test_stop.add_listener
 def _withdraw_plan(environment, **_kwargs) -> None:
     """Workers drop the stopped swarm's plan: users of the next swarm wait for the next one."""
     if isinstance(environment.runner, MasterRunner):
-        PENDING.pop(id(environment), None)
+        swarm_state(environment).pending = None
         environment.runner.send_message(PLAN_MESSAGE, None)
 
 

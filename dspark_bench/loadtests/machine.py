@@ -77,7 +77,10 @@ class MachineFacts:
     amx: bool | None = None
     memory_gib: float | None = None
     virtualization: str | None = None  # the hypervisor; None: bare metal (or not recorded)
-    gpu: str | None = None
+    gpu: str | None = None  # nvidia-smi -L: one line per GPU
+    gpu_memory_gib: float | None = None  # of the first GPU
+    gpu_driver: str | None = None
+    cuda: str | None = None  # the CUDA version torch was built with (else the driver's)
     python: str | None = None
     platform: str | None = None
     git_commit: str | None = None
@@ -95,7 +98,17 @@ class MachineFacts:
             parts.append(f"VM ({self.virtualization})")
         if self.memory_gib:
             parts.append(f"{self.memory_gib} GiB")
+        if gpus := self.gpus:
+            memory = f", {self.gpu_memory_gib:g} GiB" if self.gpu_memory_gib else ""
+            stack = ", ".join(p for p in (f"driver {self.gpu_driver}" if self.gpu_driver else "", f"CUDA {self.cuda}" if self.cuda else "",
+                                          f"torch {self.versions['torch']}" if self.versions.get("torch") else "") if p)  # fmt: skip
+            return f"{len(gpus)}x {gpus[0]}{memory}" + (f" ({stack})" if stack else "") + "; host: " + ", ".join(parts)
         return ", ".join(parts)
+
+    @property
+    def gpus(self) -> list[str]:
+        """The GPUs' model names, one per GPU (nvidia-smi -L's lines without index and UUID)."""
+        return [re.sub(r"\s*\(UUID[^)]*\)", "", line).split(": ", 1)[-1] for line in (self.gpu or "").splitlines() if line.strip()]
 
     @property
     def cpu_class(self) -> str:
@@ -113,7 +126,7 @@ class MachineFacts:
     @property
     def kind(self) -> str:
         """What makes two machines' figures comparable: CPU model, cores, CPU class, GPU model and count."""
-        gpus = [re.sub(r"\s*\(UUID[^)]*\)", "", line).split(": ", 1)[-1] for line in (self.gpu or "").splitlines() if line]
+        gpus = self.gpus
         gpu = f" · {len(gpus)}x {gpus[0]}" if gpus else ""
         return f"{self.cpu} · {self.cores} cores · {self.cpu_class}{gpu}"
 
@@ -129,14 +142,43 @@ class MachineFacts:
         return cls(**facts)
 
 
+def _nvidia_smi(*args: str) -> str | None:
+    """nvidia-smi's output for ``args``; None where there is no NVIDIA driver (or it fails)."""
+    try:
+        done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def gpu_facts() -> dict[str, Any]:
+    """The GPUs (nvidia-smi -L), the first one's memory, the driver and the CUDA version: torch's build where
+    torch imports cheaply, else the driver's. {} without a GPU."""
+    listing = _nvidia_smi("-L")
+    if not listing:
+        return {}
+    facts: dict[str, Any] = {"gpu": listing}
+    if query := _nvidia_smi("--query-gpu=memory.total,driver_version", "--format=csv,noheader,nounits"):
+        memory, _, driver = query.splitlines()[0].partition(",")
+        try:
+            facts["gpu_memory_gib"] = round(float(memory) / 1024, 1)
+        except ValueError:
+            pass
+        facts["gpu_driver"] = driver.strip() or None
+    cuda = None
+    if "torch" in sys.modules:
+        cuda = getattr(sys.modules["torch"].version, "cuda", None)
+    if cuda is None and (header := _nvidia_smi()):
+        found = re.search(r"CUDA Version:\s*([0-9.]+)", header)
+        cuda = f"{found.group(1)} (driver)" if found else None
+    facts["cuda"] = cuda
+    return facts
+
+
 def machine_facts() -> MachineFacts:
     info = _cpuinfo()
     flags = set(info.get("flags", "").split())
     cpu = info.get("model name") or platform.processor()
-    try:
-        gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        gpu = None
     try:
         commit = (
             subprocess.run(
@@ -159,7 +201,7 @@ def machine_facts() -> MachineFacts:
         amx="amx_bf16" in flags,
         memory_gib=_memory_gib(),
         virtualization=_virtualization(flags),
-        gpu=gpu,
+        **gpu_facts(),
         python=sys.version.split()[0],
         platform=platform.platform(),
         git_commit=commit,
@@ -322,15 +364,16 @@ def cpu_noise(before: CpuSnapshot | None, after: CpuSnapshot | None, cores: int 
     if before is None or after is None or after.at <= before.at:
         return {}
     capacity = (after.at - before.at) * (cores or os.cpu_count() or 1)
-    other = (after.machine_busy_s - before.machine_busy_s) - (after.servers_s - before.servers_s) - (
-        after.harness_s - before.harness_s
-    )
-    other = max(0.0, other)  # processes that exited during the span take their time with them
+    # A process that exited during the span (a server that died) takes its CPU time with it: its group's sum
+    # falls, and that fall is no one's CPU time. Every share is of the machine, so at most all of it.
+    busy = max(0.0, after.machine_busy_s - before.machine_busy_s)
+    other = busy - max(0.0, after.servers_s - before.servers_s) - max(0.0, after.harness_s - before.harness_s)
+    other = min(max(0.0, other), capacity)
     return {
         "other_cpu_s": other,
         "other_cpu_share": other / capacity,
-        "idle_servers_cpu_share": max(0.0, after.idle_servers_s - before.idle_servers_s) / capacity,
-        "steal_share": (after.steal_s - before.steal_s) / capacity,
+        "idle_servers_cpu_share": min(1.0, max(0.0, after.idle_servers_s - before.idle_servers_s) / capacity),
+        "steal_share": min(1.0, max(0.0, after.steal_s - before.steal_s) / capacity),
     }
 
 
@@ -344,6 +387,13 @@ def noise_problems(noise: Mapping[str, float]) -> list[str]:
     if noise.get("steal_share", 0.0) > STEAL_LIMIT:
         problems.append(f"the hypervisor stole {noise['steal_share']:.0%} of the CPU time")
     return problems
+
+
+def gpu_problems(others: Collection[str] | None) -> list[str]:
+    """Why a level shared its GPU with work not of this run; [] when it did not (or that cannot be told)."""
+    if not others:
+        return []
+    return [f"other processes computed on the GPU: {', '.join(others)} (stop them, or give the run a GPU of its own)"]
 
 
 def listening_pgid(base_url: str) -> int | None:
@@ -376,3 +426,81 @@ def listening_pgid(base_url: str) -> int | None:
         except OSError:
             continue
     return None
+
+
+def gpu_compute_processes() -> list[tuple[int, float]] | None:
+    """(pid, MiB) of every process computing on this machine's GPUs; None without a GPU (or nvidia-smi)."""
+    listing = _nvidia_smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
+    if listing is None:
+        return None if _nvidia_smi("-L") is None else []
+    found = []
+    for line in listing.splitlines():
+        pid, _, memory = line.partition(",")
+        try:
+            found.append((int(pid), float(memory)))
+        except ValueError:
+            continue
+    return found
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def gpu_others(processes: list[tuple[int, float]] | None, ours: Collection[int]) -> tuple[str, ...] | None:
+    """The GPU's compute processes that belong to none of ``ours`` (process groups: the run's servers and its
+    load generator), in words; None where that cannot be told: no GPU, or none of the GPU's processes is
+    visible here (a container whose process namespace is not the driver's). Pure but for /proc."""
+    if not processes:
+        return None if processes is None else ()
+    groups = {pid: _pgid(pid) for pid, _memory in processes}
+    if all(group is None for group in groups.values()):
+        return None
+    return tuple(
+        f"pid {pid} ({memory:,.0f} MiB)" for pid, memory in processes if groups[pid] is not None and groups[pid] not in set(ours)
+    )
+
+
+class GpuSampler:
+    """The GPUs' utilisation over a level: nvidia-smi samples it every ``interval_ms`` in a process of its own
+    while the level runs (nothing in the load generator's loop), read when the level ends."""
+
+    def __init__(self, interval_ms: int = 250) -> None:
+        self.interval_ms = interval_ms
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> GpuSampler:
+        try:
+            self.process = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", f"-lms={self.interval_ms}"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
+        except OSError:
+            self.process = None
+        return self
+
+    def stop(self) -> float | None:
+        """The mean utilisation (0-1) over the samples, all GPUs together; None: nothing sampled."""
+        if self.process is None:
+            return None
+        self.process.terminate()
+        try:
+            out, _ = self.process.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, _ = self.process.communicate()
+        return mean_utilisation(out)
+
+
+def mean_utilisation(samples: str) -> float | None:
+    """nvidia-smi's utilisation.gpu lines (percent) as one mean share; None without a sample. Pure."""
+    values = []
+    for line in samples.splitlines():
+        try:
+            values.append(float(line.strip()) / 100.0)
+        except ValueError:
+            continue
+    return sum(values) / len(values) if values else None

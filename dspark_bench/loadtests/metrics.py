@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from dspark_bench.loadtests.machine import noise_problems
+from dspark_bench.loadtests.machine import gpu_problems, noise_problems
 from dspark_bench.loadtests.records import RequestRecord
 from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
 
@@ -91,6 +91,11 @@ LATE_READ_SHARE = 0.01
 # at most 475 ms (``studies/silences.py``); the two pauses seen were 54x and 62x their P99.
 PAUSE_FLOOR_S = 1.0
 PAUSE_P99_MULTIPLE = 10.0
+# A level where this share of an arm's answers or more was cut at max_tokens measured a model that does not
+# finish its answers: its speed is the speed of writing until the limit (a loop inside a string, say), which a
+# drafter can guess, not the speed of serving the workload. Said beside every figure; the level stays a
+# measurement of the server.
+TRUNCATED_WARN_SHARE = 0.2
 
 
 def _starved(wait_share: float | None) -> bool:
@@ -284,6 +289,18 @@ def pause_problems(longest_silence_ms: float | None, itl_p99_ms: float | None) -
     ]
 
 
+def level_warnings(metrics: LevelMetrics) -> tuple[str, ...]:
+    """What a reader must know before trusting a level's speed figures, though the level was measured
+    cleanly: most answers that never finished. () when there is nothing to say. Pure."""
+    truncated = metrics.rate_truncated or 0.0
+    if metrics.requests and truncated >= TRUNCATED_WARN_SHARE:
+        return (
+            f"{truncated:.0%} of the answers were cut at max_tokens: the model does not finish these answers, "
+            "so the speed figures measure how fast it repeats, not how fast it serves the workload",
+        )
+    return ()
+
+
 def level_problems(
     level: float, achieved: float | None, client_cpu_share: float | None, open_loop_rate: float | None = None
 ) -> list[str]:
@@ -309,6 +326,7 @@ class LevelHealth:
 
     valid: bool | None = None
     problems: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # measured cleanly, but read its speed with these in mind (``level_warnings``)
     incomplete: bool = False  # the level stopped before its last request
     prefix_cache_reset: bool | None = None  # every cache emptied at its start; None: not recorded
     client_cpu_s_per_request: float | None = None  # the load generator's CPU seconds per request
@@ -320,6 +338,8 @@ class LevelHealth:
     client_wait_share: float | None = None  # seconds per second the load generator waited for a CPU
     client_read_lateness: float | None = None  # ... what its waits added to a request, a share of the median latency
     api_server_wait_share: float | None = None  # ... and the API server of the server under test
+    gpu_utilisation: float | None = None  # the GPUs' mean utilisation over the level (None: no GPU)
+    gpu_other_processes: tuple[str, ...] | None = None  # compute processes on the GPU not of this run (None: not told)
 
     @property
     def starved(self) -> tuple[str, ...]:
@@ -350,6 +370,8 @@ def level_health(
     incomplete: bool,
     prefix_cache_reset: bool | None,
     waits: Mapping[str, float | None] | None = None,
+    gpu_utilisation: float | None = None,
+    gpu_others: tuple[str, ...] | None = None,
 ) -> LevelHealth:
     """A level's health from its metrics, its load generator's cost (``machine.client_load``), the noise
     beside it (``machine.cpu_noise``) and how long its processes waited for a CPU (``machine.starvation``):
@@ -361,6 +383,7 @@ def level_health(
     else:
         problems = level_problems(level, metrics.achieved_concurrency, client_share)
     problems += noise_problems(noise)  # a level measured beside other work measures that work too
+    problems += gpu_problems(gpu_others)
     problems += pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms)
     client_wait = waits.get("client_wait_share")
     lateness = read_lateness(waits.get("client_wait_per_slice_ms"), metrics.latency_p50_ms)
@@ -370,6 +393,7 @@ def level_health(
     return LevelHealth(
         valid=not problems,
         problems=tuple(problems),
+        warnings=level_warnings(metrics),
         incomplete=incomplete,
         prefix_cache_reset=prefix_cache_reset,
         client_cpu_s_per_request=client.get("client_cpu_s_per_request"),
@@ -381,6 +405,8 @@ def level_health(
         client_wait_share=client_wait,
         client_read_lateness=lateness,
         api_server_wait_share=waits.get("api_server_wait_share"),
+        gpu_utilisation=gpu_utilisation,
+        gpu_other_processes=gpu_others,
     )
 
 

@@ -59,6 +59,23 @@ WIRE = "wire"  # LevelPlan field metadata: the field travels to Locust workers i
 WIRED = {WIRE: True}
 
 
+# Requests in a row that got no HTTP answer at all, after which each user waits ``SILENT_BACKOFF_S`` before its
+# next ticket and the sweep asks the server's address whether anything still answers there: a server that
+# stopped (a --url one has no process to watch) ends its level in seconds, not after every ticket failed at once.
+SILENT_AFTER = 8
+SILENT_BACKOFF_S = 0.5
+
+
+def trailing_transport_failures(records: list[RequestRecord]) -> int:
+    """How many of the latest records got no HTTP response (no status, an error). Pure."""
+    count = 0
+    for record in reversed(records):
+        if record.status is not None or not record.error:
+            break
+        count += 1
+    return count
+
+
 @dataclass
 class LevelPlan:
     """The requests of one level for one arm: warm-up tickets first, then exactly ``count`` measured. A
@@ -161,6 +178,11 @@ class LevelPlan:
     def total(self) -> int | None:
         return None if self.count is None else self.warmup + self.count
 
+
+    def silent_streak(self) -> int:
+        """How many of this level's latest requests got no HTTP answer (``trailing_transport_failures``)."""
+        with self._lock:
+            return trailing_transport_failures(self.records)
 
     def finished(self) -> bool:
         return self.count is not None and self.completed >= self.warmup + self.count

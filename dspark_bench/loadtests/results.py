@@ -22,10 +22,11 @@ from typing import Any
 import pandas as pd
 
 from dspark_bench.loadtests.arms import Arm
+from dspark_bench.loadtests.capacity import CapacityResult
 from dspark_bench.loadtests.config import RunConfig, settings
 from dspark_bench.loadtests.deploy.base import Endpoint
 from dspark_bench.loadtests.machine import MachineFacts, machine_facts
-from dspark_bench.loadtests.metrics import LevelHealth, LevelMetrics, level_metrics
+from dspark_bench.loadtests.metrics import LevelHealth, LevelMetrics, level_metrics, level_warnings
 from dspark_bench.loadtests.records import read_records
 from dspark_bench.scenarios import Mode
 
@@ -88,7 +89,7 @@ class RunResults:
     complete: bool = False
     error: str | None = None
     source: str | None = None  # how the levels were formed, when not by a sweep
-    capacity: list[dict[str, Any]] = field(default_factory=list)  # --find-capacity: each (arm, scenario)'s search
+    capacity: list[CapacityResult] = field(default_factory=list)  # --find-capacity: each (arm, scenario)'s search
     machine: MachineFacts = field(default_factory=machine_facts)
     server_pgids: dict[str, int] = field(default_factory=dict)  # arm -> its server's process group; not saved
 
@@ -107,7 +108,7 @@ class RunResults:
         if self.source:
             results["source"] = self.source
         if self.capacity:
-            results["capacity"] = self.capacity
+            results["capacity"] = [asdict(search) for search in self.capacity]
         return results
 
     def write(self) -> Path:
@@ -139,7 +140,7 @@ class RunResults:
             complete=bool(raw.get("complete")),
             error=raw.get("error"),
             source=raw.get("source"),
-            capacity=list(raw.get("capacity") or []),
+            capacity=[CapacityResult.from_dict(search) for search in raw.get("capacity") or []],
             machine=MachineFacts.from_dict(raw.get("machine") or {}),
         )
 
@@ -167,6 +168,9 @@ def _level(row: dict[str, Any], schema: int) -> LevelResult:
     else:
         health = dict(row.get("health") or {})
     health["problems"] = tuple(health.get("problems") or ())
+    health["warnings"] = tuple(health.get("warnings") or ())
+    if health.get("gpu_other_processes") is not None:
+        health["gpu_other_processes"] = tuple(health["gpu_other_processes"])
     try:
         return LevelResult(
             arm=str(row["arm"]),
@@ -249,6 +253,7 @@ def levels_frame(results: RunResults) -> pd.DataFrame:
         row.update(asdict(level.metrics))
         row.update(asdict(level.health))
         row["problems"] = "; ".join(level.health.problems)
+        row["warnings"] = "; ".join(level.health.warnings or level_warnings(level.metrics))  # runs from before the field too
         row.update({f"server:{k}": v for k, v in level.server.items()})
         rows.append(row)
     columns = ["arm", "scenario", "mode", "level", "repeat", *(f.name for f in fields(LevelMetrics)), *HEALTH_COLUMNS]
@@ -263,5 +268,5 @@ def measurements(rows: pd.DataFrame) -> pd.DataFrame:
 
 def by_repeat(rows: pd.DataFrame, column: str) -> dict[int, float]:
     """``column`` of some ``levels_frame`` rows (one arm, scenario and level) by repeat number: what paired
-    ratios between arms are taken over."""
-    return {int(repeat): float(value) for repeat, value in zip(rows["repeat"], rows[column], strict=True)}
+    ratios between arms are taken over; a repeat without the figure (None, NaN) is left out."""
+    return {int(repeat): float(value) for repeat, value in zip(rows["repeat"], rows[column], strict=True) if pd.notna(value)}

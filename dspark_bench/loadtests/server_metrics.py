@@ -5,7 +5,12 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from dspark_bench.engine_patch.state import mean_acceptance_length
+
+def mean_acceptance_length(drafts: float, accepted_tokens: float) -> float | None:
+    """vLLM's definition (as its spec-decode logger): 1 (the token every verification step yields) + accepted
+    draft tokens per draft. The harness reads any server's counters, dspark-serve installed or not."""
+    return 1.0 + accepted_tokens / drafts if drafts else None
+
 
 # Counters worth reporting beside client-side numbers (vLLM v1 names; the DSpark patch adds its own).
 TRACKED = (

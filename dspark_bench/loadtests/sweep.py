@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import gevent
-import httpx
 from locust.env import Environment
 
 from dspark_bench.loadtests.capacity import CapacitySearch, Probe
@@ -24,17 +23,20 @@ from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, 
 from dspark_bench.loadtests.deploy.local import LocalDeployer
 from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs, shared_servers
 from dspark_bench.loadtests.machine import (
+    GpuSampler,
     client_load,
     cpu_noise,
     cpu_snapshot,
     dtype_line,
+    gpu_compute_processes,
+    gpu_others,
     listening_pgid,
     starvation,
     wait_until_idle,
 )
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, LevelHealth, level_health, level_metrics
-from dspark_bench.loadtests.openai_api import chat_body
-from dspark_bench.loadtests.plan import Arrivals, LevelPlan, PlanSlot, level_samples
+from dspark_bench.loadtests.openai_api import chat_client, send_chat
+from dspark_bench.loadtests.plan import SILENT_AFTER, Arrivals, LevelPlan, PlanSlot, level_samples
 from dspark_bench.loadtests.records import DiscardingSink, RunFolderSink
 from dspark_bench.loadtests.results import LevelResult, RunResults, arm_facts
 from dspark_bench.loadtests.server_metrics import delta, scrape
@@ -111,6 +113,12 @@ def run_level(
                 raise RunAborted(
                     f"arm '{plan.arm}': server died during level {_label(plan)}: {failure_summary(endpoint.log_path, latest=True)}"
                 )
+            if plan.silent_streak() >= max(SILENT_AFTER, users) and not endpoint.answers():
+                plan.aborted = "server stopped answering"
+                raise RunAborted(
+                    f"arm '{plan.arm}': the server at {endpoint.base_url} stopped answering during level {_label(plan)} "
+                    f"({plan.records[-1].error}); fix: restart it and run again (the results so far are kept)"
+                )
             if time.time() - started > timeout_s:
                 plan.aborted = "level timeout"
                 raise RunAborted(
@@ -148,10 +156,13 @@ def _measure_level(
     idle = sorted({pgid for arm, pgid in results.server_pgids.items() if arm != plan.arm} - set(mine))  # a shared server is mine
     wait_until_idle(idle)  # the arm before this one may still be finishing its own level
     snapshot = cpu_snapshot(mine, harness, idle)
+    sampler = GpuSampler().start() if results.machine.gpu else None
     try:
         run_level(endpoint, plan, config.level_timeout_s, pool=pool)
     finally:
         after = cpu_snapshot(mine, harness, idle)
+        utilisation = sampler.stop() if sampler else None
+        on_gpu = gpu_others(gpu_compute_processes(), {*results.server_pgids.values(), *harness, os.getpgid(0)}) if sampler else None
         metrics = level_metrics(plan.records, config.slo)
         # the load generator's own cost (this process and its workers): CPU seconds per request, and the
         # share of a core each of its load-sending processes used
@@ -165,11 +176,15 @@ def _measure_level(
             incomplete=plan.aborted is not None or not plan.finished(),
             prefix_cache_reset=cache_reset,
             waits=starvation(snapshot, after),
+            gpu_utilisation=utilisation,
+            gpu_others=on_gpu,
         )
         server = delta(before, scrape(endpoint.base_url, endpoint.headers()))
         result = LevelResult(plan.arm, scenario, plan.request.mode.value, plan.level, plan.repeat, metrics, health, server)
         if health.problems:
             print(f"  warning: level {_label(plan)} of arm '{plan.arm}' is not a valid measurement: {'; '.join(health.problems)}", flush=True)
+        for warning in health.warnings:
+            print(f"  warning: level {_label(plan)} of arm '{plan.arm}': {warning}", flush=True)
         if metrics.stalled_stream_rate > STALLED_WARNING or health.starved:
             stalled = f"{metrics.stalled_stream_rate:.0%} of the answers arrived in one piece (first content after {STALL_SHARE:.0%} of the latency)"
             why = "; ".join(health.starved) or _unstarved_reason(health)
@@ -247,8 +262,8 @@ def _find_capacity(
         scenario = config.scenario(scenario_name)
         for arm_name, endpoint in endpoints.items():
             search = CapacitySearch(config.rates[0] if config.rates else 1.0, config.capacity_share, config.capacity_resolution)
-            entry: dict = {"arm": arm_name, "scenario": scenario.name, "slo": dict(config.slo), **search.as_dict()}
-            results.capacity.append(entry)
+            index = len(results.capacity)
+            results.capacity.append(search.result(arm_name, scenario.name, config.slo))
             levels = 0
             while (rate := search.next_rate()) is not None:
                 for _attempt in range(2):
@@ -263,7 +278,7 @@ def _find_capacity(
                     search.stopped = f"the probe at {level.level:g}/s was not a measurement twice: {'; '.join(problems)}"
                 verdict = "holds the SLO" if search.probes[-1].passed else ("not a measurement" if problems else "misses the SLO")
                 print(f"  capacity search, arm '{arm_name}': {level.level:g} req/s, {good_share:.0%} good: {verdict}", flush=True)
-                entry.update(search.as_dict())
+                results.capacity[index] = search.result(arm_name, scenario.name, config.slo)
                 results.write()
             found = f"{search.capacity:g} req/s" if search.capacity is not None else f"not found ({search.stopped or 'no probe held the SLO'})"
             print(f"  capacity of arm '{arm_name}' at the SLO: {found}", flush=True)
@@ -322,21 +337,15 @@ def smoke_test(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
     if sample.turns:  # an agent session: its first turn
         sample = sample.turn_request(0, sample.messages)
     request = config.request_settings(arm, endpoint.model, endpoint.headers(), scenario.is_json)
-    body = chat_body(sample, request.mode, request.model, request.max_tokens, request.temperature)
+    client = chat_client(endpoint.base_url, request)
     try:
-        response = httpx.post(f"{endpoint.base_url}/v1/chat/completions", json=body, headers=request.headers, timeout=request.request_timeout_s)
-    except httpx.HTTPError as exc:
-        raise RunAborted(f"arm '{arm}': the first request failed ({type(exc).__name__}: {exc}); check the server") from None
-    if response.status_code != 200:
-        message = response.text
-        try:
-            error = response.json().get("error", {})
-            message = error.get("message", message) if isinstance(error, dict) else str(error)
-        except ValueError:
-            pass
-        raise RunAborted(
-            f"arm '{arm}': the server refused the first request (HTTP {response.status_code}): {' '.join(message.split())[:300]}"
-        )
+        outcome = send_chat(client, request, sample)
+    finally:
+        client.close()
+    if outcome.status is None:
+        raise RunAborted(f"arm '{arm}': the first request failed ({outcome.error}); check the server")
+    if outcome.status != 200:
+        raise RunAborted(f"arm '{arm}': the server refused the first request ({outcome.error})")
 
 
 PRIMING_USERS = 8

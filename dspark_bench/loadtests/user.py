@@ -9,40 +9,20 @@ A concrete user class binds a ``PlanSlot`` (``ChatCompletionsUser.bound_to``).
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
 
 import gevent
-from geventhttpclient import HTTPClient
-from geventhttpclient.url import URL
 from locust import User, constant, task
 from locust.exception import StopUser
 from locust.user.task import LOCUST_STATE_STOPPING
 
-from dspark_bench.loadtests.openai_api import chat_body, consume_sse
-from dspark_bench.loadtests.plan import LevelPlan, PlanSlot
+from dspark_bench.loadtests.openai_api import ChatOutcome, chat_client, send_chat
+from dspark_bench.loadtests.plan import SILENT_AFTER, SILENT_BACKOFF_S, LevelPlan, PlanSlot
 from dspark_bench.loadtests.records import RequestRecord
 from dspark_bench.loadtests.validate import Verdict, validate
 from dspark_bench.scenarios import Mode, Sample
 
 PLAN_WAIT_S = 30.0  # how long a user that started before its plan waits for it
-
-
-def _lines_until(chunks: Iterator[bytes], deadline: float) -> Iterator[bytes]:
-    """Non-empty lines of a byte stream, with a deadline on the whole answer (a lean splitter: CPU the
-    client spends at high concurrency on a small machine is taken from the server under test)."""
-    buffer = b""
-    for chunk in chunks:
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            if line.strip():
-                yield line
-        if time.monotonic() > deadline:
-            raise TimeoutError
-    if buffer.strip():
-        yield buffer
 
 
 def worker_tag(environment) -> str:
@@ -65,9 +45,7 @@ class ChatCompletionsUser(User):
         self.plan = plan
         if plan is None:
             return  # the task stops this user (StopUser here would be logged as a crash)
-        # geventhttpclient (the client behind Locust's FastHttpUser) parses HTTP in C: at 64 streams on a
-        # small machine a pure-Python client takes CPU from the server under test and reads chunks late.
-        self.http = HTTPClient.from_url(URL(self.host or ""), concurrency=1, network_timeout=plan.request.request_timeout_s, connection_timeout=10.0)
+        self.http = chat_client(self.host or "", plan.request)
         self._stamp_connections()
 
     def _stamp_connections(self) -> None:
@@ -107,6 +85,8 @@ class ChatCompletionsUser(User):
                 self.session(plan, sample, warmup, index)
             else:
                 self.chat(plan, sample, warmup, index)
+            if plan.silent_streak() >= SILENT_AFTER:  # nothing answers: wait for the sweep's probe, not spend tickets
+                gevent.sleep(SILENT_BACKOFF_S)
         raise StopUser()
 
     def session(self, plan: LevelPlan, sample: Sample, warmup: bool, index: int) -> None:
@@ -129,46 +109,18 @@ class ChatCompletionsUser(User):
         cancelled = False
         scheduled = plan.due(index)
         request = plan.request
-        body = chat_body(sample, request.mode, request.model, sample.max_tokens or request.max_tokens, request.temperature)
         self._connected = None
         t_send = time.time()
-        t_headers = None
-        status, error, timed_out = None, None, False
-        result = None
-        response = None
         try:
-            response = self.http.post(
-                "/v1/chat/completions",
-                body=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json", **request.headers},
-            )
-            t_headers = time.time()
-            status = response.status_code
-            if status != 200:
-                error = f"HTTP {status}: {response.read().decode(errors='replace')[:300]}"
-            else:
-                deadline = time.monotonic() + request.request_timeout_s
-                lines = iter(lambda: response.readline(b"\n"), b"")
-                result = consume_sse(_lines_until(lines, deadline), time.time)
-                error = result.error
-                # Read past "data: [DONE]" to the end of the body: a response left unread is not reusable,
-                # so the connection would close and the next request reconnect (and resolve the host
-                # through gevent's thread pool), which at high concurrency queues users on the client.
-                for _ in _lines_until(lines, deadline):
-                    pass
-        except TimeoutError:
-            timed_out, error = True, f"no complete answer within {request.request_timeout_s:.0f}s"
+            outcome = send_chat(self.http, request, sample)
         except gevent.GreenletExit:
             if not tail:
                 raise
             # the level ended (its measured answers are in) and Locust stopped this user: the tail request
             # is recorded up to here, so that the level's load counts it while it was in flight
-            cancelled, error = True, "cancelled: the level's measured requests had all ended"
-        except Exception as exc:  # noqa: BLE001 - any transport failure is an http_error verdict
-            error = f"{type(exc).__name__}: {exc}"
-        finally:
-            if response is not None:
-                response.release()
+            cancelled = True
+            outcome = ChatOutcome(t_send=t_send, error="cancelled: the level's measured requests had all ended")
+        result = outcome.stream
         text = result.text if result else ""
         finish = result.finish_reason if result else None
         validation = validate(
@@ -176,10 +128,10 @@ class ChatCompletionsUser(User):
             is_json=sample.is_json,
             schema=sample.schema if request.mode is not Mode.TEXT else None,
             truth=sample.answer,
-            status=status,
+            status=outcome.status,
             finish_reason=finish,
-            error=error,
-            timed_out=timed_out,
+            error=outcome.error,
+            timed_out=outcome.timed_out,
         )
         ticket_id = (
             f"{sample.scenario}.{request.mode.value}.{'r' if plan.arrivals else 'c'}{level:g}.r{plan.repeat}.{sample.seed}{'.tail' if tail else '.warmup' if warmup else ''}"
@@ -194,14 +146,14 @@ class ChatCompletionsUser(User):
             seed=sample.seed,
             repeat=plan.repeat,
             warmup=warmup,
-            t_send=t_send,
+            t_send=outcome.t_send,
             t_first_token=result.t_first_token if result else None,
-            t_last_byte=result.t_last_byte if result else (time.time() if error else None),
+            t_last_byte=result.t_last_byte if result else (time.time() if outcome.error else None),
             prompt_tokens=result.prompt_tokens if result else None,
             output_tokens=result.output_tokens if result else None,
             finish_reason=finish,
-            status=status,
-            error=error,
+            status=outcome.status,
+            error=outcome.error,
             output=text,
             verdict=validation.verdict.value,
             detail=validation.detail,
@@ -209,7 +161,7 @@ class ChatCompletionsUser(User):
             exact_match=validation.exact_match,
             t_connected=self._connected[0] if self._connected else None,
             new_connection=self._connected[1] if self._connected else None,
-            t_headers=t_headers,
+            t_headers=outcome.t_headers,
             tags=list(sample.tags) or None,
             t_scheduled=scheduled,
             itl_ms=[round((b - a) * 1000, 2) for a, b in zip(result.chunk_times, result.chunk_times[1:], strict=False)] if result else None,

@@ -1,12 +1,10 @@
 """The source article's comparison table, per scenario, with 95% confidence intervals.
 
 | metric | baseline | DSpark | change (95% CI) |, built from the per-request records of one run:
-- effective JSON throughput at concurrency 1 and at the highest level: output tokens of valid
-  responses per second. With several repeats the change is the geometric mean of the per-repeat
-  ratios with a Student-t interval on their logs (``intervals.paired_ratio``, the estimator of the
-  summary and the verdict too). With one, the CI resamples requests and estimates throughput by
-  Little's law for a closed loop (concurrency x valid tokens / summed latency), which needs no wall
-  clock per resample;
+- effective JSON throughput at concurrency 1 and at the highest level: the summary's own figures (each
+  level's throughput over its span, the median over repeats) and the ``compare.ratios`` paired ratio, the
+  summary's and the verdict's. With one repeat, the CI resamples requests around that ratio and estimates
+  throughput by Little's law for a closed loop (concurrency x valid tokens / summed latency);
 - P95 latency at concurrency 1 (the article's "single-request P95"): with several repeats, the paired
   per-repeat ratio of the two arms' P95s, as for throughput; with one, a bootstrap over requests;
 - total time of the highest level (the article's "1000 requests at concurrency 64");
@@ -21,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dspark_bench.loadtests.metrics import closed_loop_tok_s, percentile_ms, percentile_ms_rows
+from dspark_bench.loadtests.metrics import closed_loop_tok_s, percentile_ms_rows
 from dspark_bench.loadtests.records import read_records
-from dspark_bench.loadtests.results import RunResults
+from dspark_bench.loadtests.results import RunResults, levels_frame
 from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
-from dspark_bench.reports.intervals import paired_ratio
+from dspark_bench.reports.compare import P95, THROUGHPUT, WALL, ratios
 
 RESAMPLES = 1000
 
@@ -133,33 +131,29 @@ def article_table(
     levels = sorted(set(arms[base]["level"]) & set(arms[treat]["level"]))
     if not levels:
         return pd.DataFrame()
-    # wall time per (arm, level, repeat): each repeat's tokens over its own wall time, then the median
-    # over repeats, as the summary takes it
-    walls = {(row.arm, row.level, row.repeat): row.metrics.wall_s for row in results.levels if row.scenario == scenario}
+    # each level's own figures (metrics.py), the median over repeats as the summary takes it, and
+    # compare.ratios' paired ratios over the repeats that were measurements
+    figures: dict[tuple[str, float, str], list[float]] = {}
+    for row in results.levels:
+        if row.scenario == scenario:
+            for column in (THROUGHPUT, P95, WALL):
+                value = getattr(row.metrics, column)
+                if value is not None:
+                    figures.setdefault((column, row.level, row.arm), []).append(value)
+    frame = levels_frame(results)
+    pairs = {column: ratios(frame, base, column) for column in (THROUGHPUT, P95, WALL)}
 
-    def per_repeat(part: pd.DataFrame, arm: str, level: int, value) -> dict[int, float] | None:
-        found = {}
-        for repeat, group in part.groupby("repeat") if "repeat" in part else [(0, part)]:
-            wall = walls.get((arm, level, int(repeat)))
-            if not wall:
-                return None
-            found[int(repeat)] = value(group, wall)
-        return found or None
-
-    def median(values: dict[int, float] | None) -> float | None:
-        return float(np.median(list(values.values()))) if values else None
+    def median(column: str, level: float, arm: str) -> float | None:
+        found = figures.get((column, level, arm))
+        return float(np.median(found)) if found else None
 
     rng = np.random.default_rng(seed)
     rows = []
 
-    def add(
-        metric: str, a_value: float | None, b_value: float | None, ci: tuple[float, float] | None, kind: str, ratio: float | None = None
-    ) -> None:
-        """One row; a value None (no answer to measure) shows as NaN, its ratio too."""
+    def add(metric: str, a_value: float | None, b_value: float | None, ci: tuple[float, float] | None, kind: str, ratio: float) -> None:
+        """One row; a value None (no answer to measure) shows as NaN."""
         a_value = float("nan") if a_value is None else a_value
         b_value = float("nan") if b_value is None else b_value
-        if ratio is None:
-            ratio = b_value / a_value if a_value else float("nan")
         if kind == "x":
             change = f"{ratio:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
         else:
@@ -170,35 +164,35 @@ def article_table(
     # turns into verification cost on a small machine
     for level in sorted({levels[0], levels[-1], *({8} & set(levels))}):
         a, b = (arms[arm][arms[arm]["level"] == level] for arm in (base, treat))
-        measured = [per_repeat(part, arm, level, lambda g, wall: g["valid_tokens"].sum() / wall) for part, arm in ((a, base), (b, treat))]
-        eff_a, eff_b = (
-            median(value) if value is not None else float(_eff(level)(part, np.arange(len(part))[None])[0])
-            for value, part in zip(measured, (a, b), strict=True)
-        )
-        if (paired := paired_ratio(*measured)) is not None and paired.interval is not None:
-            add(f"effective JSON throughput (tok/s), concurrency {level}", eff_a, eff_b, paired.interval, "x", ratio=paired.ratio)
-            continue
-        ci = bootstrap_ratio(a, b, _eff(level), rng, point=eff_b / eff_a if eff_a and eff_b is not None else None)
-        add(f"effective JSON throughput (tok/s), concurrency {level}", eff_a, eff_b, ci, "x")
-    a, b = (arms[arm][arms[arm]["level"] == levels[0]] for arm in (base, treat))
-    p95s = [per_repeat(part, arm, levels[0], lambda g, _wall: percentile_ms(g["latency_s"].tolist(), 95)) for part, arm in ((a, base), (b, treat))]
-    p95_a, p95_b = median(p95s[0]), median(p95s[1])
-    metric = f"P95 latency (ms), concurrency {levels[0]}"
-    if p95_a is not None and p95_b is not None and (paired := paired_ratio(*p95s)) is not None and paired.interval is not None:
+        metric = f"effective JSON throughput (tok/s), concurrency {level}"
+        paired = pairs[THROUGHPUT].get((scenario, level, treat))
+        eff_a, eff_b = median(THROUGHPUT, level, base), median(THROUGHPUT, level, treat)
+        if paired is not None and paired.interval is not None:
+            add(metric, eff_a, eff_b, paired.interval, "x", ratio=paired.ratio)
+        elif paired is not None:  # one repeat: the requests' spread around the measured ratio
+            add(metric, eff_a, eff_b, bootstrap_ratio(a, b, _eff(level), rng, point=paired.ratio), "x", ratio=paired.ratio)
+        else:
+            add(metric, eff_a, eff_b, None, "x", ratio=float("nan"))
+    first, top = levels[0], levels[-1]
+    a, b = (arms[arm][arms[arm]["level"] == first] for arm in (base, treat))
+    paired = pairs[P95].get((scenario, first, treat))
+    p95_a, p95_b = median(P95, first, base), median(P95, first, treat)
+    metric = f"P95 latency (ms), concurrency {first}"
+    if paired is not None and paired.interval is not None:
         add(metric, p95_a, p95_b, paired.interval, "%", ratio=paired.ratio)
+    elif paired is not None:
+        add(metric, p95_a, p95_b, bootstrap_ratio(a, b, _p95, rng, point=paired.ratio), "%", ratio=paired.ratio)
     else:
-        add(metric, percentile_ms(a["latency_s"].tolist(), 95), percentile_ms(b["latency_s"].tolist(), 95), bootstrap_ratio(a, b, _p95, rng), "%")
-    top = levels[-1]
+        add(metric, p95_a, p95_b, None, "%", ratio=float("nan"))
     a, b = (arms[arm][arms[arm]["level"] == top] for arm in (base, treat))
-    walls_a = per_repeat(a, base, top, lambda _g, wall: wall)
-    walls_b = per_repeat(b, treat, top, lambda _g, wall: wall)
-    total_a, total_b = median(walls_a), median(walls_b)
-    if total_a and total_b:
+    paired = pairs[WALL].get((scenario, top, treat))
+    total_a, total_b = median(WALL, top, base), median(WALL, top, treat)
+    if paired is not None and total_a and total_b:
         metric = f"total time of the concurrency-{top} level, {len(a) // repeat_range(a)[1]} requests (s)"
-        if (paired := paired_ratio(walls_a, walls_b)) is not None and paired.interval is not None:
+        if paired.interval is not None:
             add(metric, total_a, total_b, paired.interval, "%", ratio=paired.ratio)
         else:
-            add(metric, total_a, total_b, bootstrap_ratio(a, b, _total_latency, rng, point=total_b / total_a), "%")
+            add(metric, total_a, total_b, bootstrap_ratio(a, b, _total_latency, rng, point=paired.ratio), "%", ratio=paired.ratio)
     rates = {arm: (part["verdict"].isin([v.value for v in INVALID_JSON]).mean(), (part["verdict"] == "truncated").mean()) for arm, part in arms.items()}
     rows.append(
         {

@@ -4,10 +4,11 @@ A thresholds file (YAML) says, per arm and concurrency level, the smallest effec
 to a reference arm of the same run, the smallest mean acceptance length (the arm's drafts land: a
 patch whose speculation is off fails it on any machine), the largest invalid-JSON rate, and how much
 the P95 ratio to the reference arm may grow over a committed reference run's. Checks are per scenario
-(arms' modes are fixed within a run). Ratios are ``intervals.paired_ratio``, the summary's estimator:
-paired by repeat, so the machine's speed cancels. Every check gets a noise margin: the file's
-``noise_margin``, or the reference arm's spread across repeats where that is larger, never the spread
-of the arm under test (a regression that makes it erratic must not loosen its own limit).
+(arms' modes are fixed within a run). Ratios are ``compare.ratios``, the summary's: paired by repeat over
+the repeats in which both levels were measurements, so the machine's speed cancels. Every check gets a
+noise margin: the file's ``noise_margin``, or the reference arm's spread across repeats where that is
+larger, never the spread of the arm under test (a regression that makes it erratic must not loosen its
+own limit).
 
 Speed-ups are facts about a machine: verification is nearly free on a CPU with AMX and costs almost
 a decoding step per position on one with only AVX2. So ``by_cpu`` gives each CPU class
@@ -17,18 +18,22 @@ only on the CPU class it was recorded on.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import REFERENCE_ARM
 from dspark_bench.loadtests.machine import MachineFacts
-from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame, measurements
+from dspark_bench.loadtests.results import RunResults, levels_frame
+from dspark_bench.reports.compare import P95, THROUGHPUT, Key, ratios
 from dspark_bench.reports.history import MIN_HISTORY, history_limit
-from dspark_bench.reports.intervals import paired_ratio
+from dspark_bench.reports.intervals import PairedRatio
 from dspark_bench.store import HistoryRow
 
 MAX_NOISE_MARGIN = 0.25  # however noisy the run, a limit never moves by more than this
@@ -46,6 +51,7 @@ KNOWN_KEYS = {
     "max_p95_regression",
 }
 CPU_CLASSES = ("amx", "avx512", "avx2", "other", "unrecorded")
+CHECKS_FILE = "gate.json"  # a checked run folder's checks (write_checks, load_checks)
 
 
 def cpu_class(machine: MachineFacts) -> str:
@@ -121,10 +127,10 @@ def _arm_levels(raw: Any) -> dict[str, dict[int, float]]:
     return {str(arm): {int(level): float(v) for level, v in levels.items()} for arm, levels in (raw or {}).items()}
 
 
-def _by_arm_level(results: RunResults) -> dict[tuple[str, str, int], dict[str, Any]]:
-    """Per (scenario, arm, level): effective tok/s and P95 by repeat, their median, the relative spread of
-    effective tok/s over repeats, the worst not-valid rate, and how cleanly the level was measured."""
-    df = levels_frame(results)
+def _by_arm_level(results: RunResults, df: pd.DataFrame) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Per (scenario, arm, level): the median effective tok/s and P95 over repeats, the relative spread of
+    effective tok/s over repeats, the worst not-valid rate, and how cleanly the level was measured. ``df``:
+    the run's ``levels_frame``."""
     if df.empty:
         return {}
     out = {}
@@ -136,11 +142,9 @@ def _by_arm_level(results: RunResults) -> dict[tuple[str, str, int], dict[str, A
         not_valid = 1.0 - rows["valid_rate"]
         out[(str(scenario), str(arm), int(level))] = {
             "eff": median,
-            "eff_by_repeat": by_repeat(measurements(rows), "effective_tok_s"),
             "spread": spread,
             "invalid": float(not_valid.max()),
             "p95": float(rows["latency_p95_ms"].median()),
-            "p95_by_repeat": by_repeat(measurements(rows), "latency_p95_ms"),
             "problems": "; ".join(sorted({p for p in rows["problems"] if p})),
             "stalled": float(rows["stalled_stream_rate"].max()),
             "waits_measured": bool(rows["client_wait_share"].notna().all()),
@@ -203,25 +207,30 @@ def evaluate(
     """Every check the thresholds ask for, in every scenario of the run; a level missing from the run
     fails its check. With ``history`` (earlier complete runs of this machine kind, from the store) each
     speed-up limit comes from them (``reports.history.history_limit``) where there are enough."""
-    stats = _by_arm_level(results)
+    frame = levels_frame(results)
+    stats = _by_arm_level(results, frame)
+    speedups, p95s = ratios(frame, thresholds.against, THROUGHPUT), ratios(frame, thresholds.against, P95)
     checks: list[Check] = _measured_cleanly(results, stats)
     machine_class = cpu_class(results.machine)
     min_speedup = thresholds.by_cpu.get(machine_class, thresholds.min_speedup)
     scenarios = sorted({scenario for scenario, _arm, _level in stats}) or [""]
     for scenario in scenarios:
-        checks += _scenario_checks(scenario, stats, thresholds, min_speedup, machine_class, history)
+        checks += _scenario_checks(scenario, stats, speedups, thresholds, min_speedup, machine_class, history)
     if thresholds.max_p95_regression is not None and reference is not None:
         if (ref_class := cpu_class(reference.machine)) != machine_class:
             why = f"reference recorded on a CPU of class {ref_class}, this run on {machine_class}: P95 not compared"
             checks.append(Check("P95 vs reference", "all", None, float("nan"), float("nan"), True, why))
             return checks
-        checks += _p95_checks(stats, _by_arm_level(reference), thresholds, thresholds.max_p95_regression)
+        reference_frame = levels_frame(reference)
+        then = ratios(reference_frame, thresholds.against, P95)
+        checks += _p95_checks(stats, _by_arm_level(reference, reference_frame), p95s, then, thresholds, thresholds.max_p95_regression)
     return checks
 
 
 def _scenario_checks(
     scenario: str,
     stats: dict,
+    speedups: dict[Key, PairedRatio],
     thresholds: Thresholds,
     min_speedup: dict[str, dict[int, float]],
     machine_class: str,
@@ -237,8 +246,7 @@ def _scenario_checks(
             )
     for arm, levels in min_speedup.items():
         for level, minimum in sorted(levels.items()):
-            mine, base = stats.get((scenario, arm, level)), stats.get((scenario, thresholds.against, level))
-            paired = paired_ratio(base["eff_by_repeat"], mine["eff_by_repeat"]) if mine and base else None
+            base, paired = stats.get((scenario, thresholds.against, level)), speedups.get((scenario, level, arm))
             name = f"speed-up vs {thresholds.against}"
             if paired is None:
                 checks.append(Check(name, arm, level, float("nan"), minimum, False, "", scenario))
@@ -260,7 +268,9 @@ def _scenario_checks(
     return checks
 
 
-def _p95_checks(stats: dict, ref_stats: dict, thresholds: Thresholds, max_regression: float) -> list[Check]:
+def _p95_checks(
+    stats: dict, ref_stats: dict, now: dict[Key, PairedRatio], then: dict[Key, PairedRatio], thresholds: Thresholds, max_regression: float
+) -> list[Check]:
     """Each arm's P95 over the reference arm's, paired by repeat, against the same ratio in the reference
     run: the machine's speed today cancels in the ratio (the reference arm runs no code of ours), so no
     speed factor is needed. Without the reference arm in both runs: the absolute P95s."""
@@ -269,16 +279,12 @@ def _p95_checks(stats: dict, ref_stats: dict, thresholds: Thresholds, max_regres
         ref = ref_stats.get((scenario, arm, level))
         if not ref or arm == thresholds.against:
             continue
-        base_now, base_ref = (
-            stats.get((scenario, thresholds.against, level)),
-            ref_stats.get((scenario, thresholds.against, level)),
-        )
-        now = paired_ratio(base_now["p95_by_repeat"], mine["p95_by_repeat"]) if base_now else None
-        then = paired_ratio(base_ref["p95_by_repeat"], ref["p95_by_repeat"]) if base_ref else None
-        grow = 1 + max_regression + _margin(thresholds, base_now)
-        if now is not None and then is not None:
+        grow = 1 + max_regression + _margin(thresholds, stats.get((scenario, thresholds.against, level)))
+        mine_now, mine_then = now.get((scenario, level, arm)), then.get((scenario, level, arm))
+        if mine_now is not None and mine_then is not None:
             name = f"P95 / {thresholds.against} P95 vs reference"
-            checks.append(Check(name, arm, level, now.ratio, then.ratio * grow, now.ratio <= then.ratio * grow, "", scenario))
+            limit = mine_then.ratio * grow
+            checks.append(Check(name, arm, level, mine_now.ratio, limit, mine_now.ratio <= limit, "", scenario))
         else:
             checks.append(
                 Check(
@@ -293,6 +299,22 @@ def _p95_checks(stats: dict, ref_stats: dict, thresholds: Thresholds, max_regres
                 )
             )
     return checks
+
+
+def write_checks(run_dir: Path, checks: Sequence[Check]) -> Path:
+    path = Path(run_dir) / CHECKS_FILE
+    path.write_text(json.dumps([asdict(check) for check in checks], indent=1), encoding="utf-8")
+    return path
+
+
+def load_checks(run_dir: Path) -> list[Check]:
+    """The checks ``write_checks`` saved in a run folder (NaN measures and limits come back as NaN)."""
+    path = Path(run_dir) / CHECKS_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return [Check(**row) for row in raw]
+    except (OSError, ValueError, TypeError) as exc:
+        raise GateError(f"{path}: not a gate's checks ({exc}); fix: run 'dspark-bench gate --run {run_dir}' again") from None
 
 
 def format_checks(checks: list[Check]) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from dspark_bench.loadtests.arms import REFERENCE_ARM
 from dspark_bench.loadtests.results import RunResults, levels_frame
-from dspark_bench.reports.tables import ratios_to
+from dspark_bench.reports.compare import ratios
 from dspark_bench.store import HistoryRow, RatioRow
 
 MIN_HISTORY = 3  # complete runs of a machine kind before history sets a limit
@@ -29,11 +29,9 @@ def run_ratios(results: RunResults, against: str = REFERENCE_ARM) -> list[RatioR
     """Every arm's effective-throughput ratio to ``against`` per scenario and level, paired by repeat (the
     summary's estimator); none for a run without that arm."""
     frame = levels_frame(results)
-    if frame.empty:
-        return []
     return [
         RatioRow(str(scenario), float(level), str(arm), against, paired.ratio, paired.low, paired.high, paired.repeats)
-        for (scenario, level, arm), paired in sorted(ratios_to(frame, against).items())
+        for (scenario, level, arm), paired in sorted(ratios(frame, against).items())
         if arm != against
     ]
 

@@ -19,7 +19,8 @@ from dspark_bench.loadtests.arms import REFERENCE_ARM  # noqa: E402
 from dspark_bench.loadtests.config import placement_line  # noqa: E402
 from dspark_bench.loadtests.results import RunResults, levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, interval_note, load_records  # noqa: E402
-from dspark_bench.reports.tables import SPEEDUP_COLUMN, capacity_lines, session_lines, summary_frame, tag_frame  # noqa: E402
+from dspark_bench.reports.compare import Comparison, build_comparison  # noqa: E402
+from dspark_bench.reports.tables import SPEEDUP_COLUMN, capacity_lines, interval_text, session_lines, summary_frame, tag_frame  # noqa: E402
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#222;max-width:1200px}
@@ -90,17 +91,14 @@ GRID_PANELS = (  # (levels column, label, log scale): the grid's panels, each wi
 )
 
 
-def _with_speedup(detail: pd.DataFrame) -> pd.DataFrame:
-    """Each level's effective tok/s over the reference arm's in the same scenario, level and repeat."""
-    if REFERENCE_ARM not in set(detail["arm"]):
-        return detail
-    keys = ["scenario", "level", "repeat"]
-    reference = detail[detail["arm"] == REFERENCE_ARM].set_index(keys)["effective_tok_s"]
-    ratios = [
-        value / reference[key] if key in reference.index and reference[key] else float("nan")
-        for value, key in zip(detail["effective_tok_s"], zip(*(detail[k] for k in keys), strict=True), strict=True)
+def _with_speedup(detail: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
+    """Each level's effective tok/s over the reference arm's in the same scenario, level and repeat: the
+    per-repeat ratios of ``comparison``; NaN where either level was not a measurement."""
+    speedups = [
+        found.by_repeat().get(int(repeat), float("nan")) if (found := comparison.throughput.get((scenario, level, arm))) else float("nan")
+        for scenario, level, arm, repeat in zip(detail["scenario"], detail["level"], detail["arm"], detail["repeat"], strict=True)
     ]
-    return detail.assign(speedup=ratios)
+    return detail.assign(speedup=speedups)
 
 
 def _arm_colors(arms) -> dict[str, str]:
@@ -109,10 +107,10 @@ def _arm_colors(arms) -> dict[str, str]:
     return {arm: palette[i % len(palette)] for i, arm in enumerate(sorted(set(arms)))}
 
 
-def _grid(detail: pd.DataFrame, scenario: str) -> str:
+def _grid(detail: pd.DataFrame, scenario: str, comparison: Comparison) -> str:
     """The run's main figures for one scenario in one grid: the median over repeats as a line, the band
     from the lowest to the highest repeat around it."""
-    part = _with_speedup(detail[detail["scenario"] == scenario])
+    part = _with_speedup(detail[detail["scenario"] == scenario], comparison)
     panels = [(c, label, log) for c, label, log in GRID_PANELS if c in part and part[c].notna().any()]
     if not panels:
         return ""
@@ -245,9 +243,10 @@ def _cache_state(results: RunResults) -> str:
     return f"prefix caches emptied before every level, except {', '.join(kept)} (no /reset_prefix_cache)"
 
 
-def _verdicts(results: RunResults, records: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
-    """One sentence per arm against the reference arm: its ratio (with the interval) at the lowest load,
-    then where it stops gaining."""
+def _verdicts(summary: pd.DataFrame, comparison: Comparison) -> list[str]:
+    """One sentence per arm against the reference arm: its ratio and interval at the lowest load (both the
+    ``Comparison``'s, as the summary's), then where it stops gaining; where answers were cut at max_tokens it
+    says so, and gives the ratio over the answers that finished."""
     esc = html.escape
     if summary.empty or SPEEDUP_COLUMN not in summary or REFERENCE_ARM not in set(summary["arm"]):
         return []
@@ -258,19 +257,28 @@ def _verdicts(results: RunResults, records: pd.DataFrame, summary: pd.DataFrame)
                 continue
             rows = rows.sort_values("level")
             first = rows.iloc[0]
-            interval = ""
-            table = article_table(records, results, scenario, base=REFERENCE_ARM, treat=arm)
-            key = f"effective JSON throughput (tok/s), concurrency {first['level']:g}"
-            if not table.empty and key in set(table["metric"]):
-                cell = table.set_index("metric").loc[key, "change (95% CI)"]
-                interval = " " + cell.split(" ", 1)[1] if " " in cell else ""
+            paired = comparison.throughput.get((scenario, first["level"], arm))
+            interval = f" ({interval_text(paired)})" if paired is not None and paired.interval else ""
             load = "user" if first["level"] == 1 else "users"
             sentence = f"{arm}: {first[SPEEDUP_COLUMN]:.2f}x{interval} at {first['level']:g} {load}"
             losing = rows[rows[SPEEDUP_COLUMN] < 1.0]
             if not losing.empty:
                 sentence += f"; below 1.0x at {', '.join(f'{v:g}' for v in losing['level'])}"
             sentence += f"; {rows.iloc[-1][SPEEDUP_COLUMN]:.2f}x at {rows.iloc[-1]['level']:g}"
-            lines.append(f"<li><b>{esc(str(scenario))}</b>, {esc(sentence)}</li>")
+            said = {level: comparison.warnings.get((scenario, level, arm)) or comparison.warnings.get((scenario, level, REFERENCE_ARM))
+                    for level in rows["level"]}  # fmt: skip
+            cut_warnings = {level: warnings for level, warnings in said.items() if warnings}
+            cut = list(cut_warnings)
+            warning = ""
+            if cut:
+                finished = [
+                    f"{found.ratio:.2f}x at {level:g}" for level in cut if (found := comparison.finished.get((scenario, level, arm))) is not None
+                ]
+                warning = (
+                    f" <b class='bad'>Not a speed-up of served answers at {esc(', '.join(f'{v:g}' for v in cut))}:</b> "
+                    f"{esc(cut_warnings[cut[0]][0])}. Over the answers that finished in both arms: {esc(', '.join(finished) or 'none finished')}."
+                )
+            lines.append(f"<li><b>{esc(str(scenario))}</b>, {esc(sentence)}{warning}</li>")
     return [f"<h2>Verdict against {esc(REFERENCE_ARM)} (effective JSON throughput)</h2><ul class='verdict'>{''.join(lines)}</ul>"]
 
 
@@ -280,11 +288,11 @@ def _capacity(results: RunResults) -> list[str]:
     if not lines:
         return []
     rows = [
-        {"scenario": entry["scenario"], "arm": entry["arm"], "probe": index + 1, "req/s": probe["rate"],
-         "good": f"{probe['good_share']:.0%}", "holds the SLO": "yes" if probe["passed"] else "no",
-         "measurement": "yes" if probe["valid"] else "; ".join(probe["problems"])}  # fmt: skip
-        for entry in results.capacity
-        for index, probe in enumerate(entry.get("probes", []))
+        {"scenario": search.scenario, "arm": search.arm, "probe": index + 1, "req/s": probe.rate,
+         "good": f"{probe.good_share:.0%}", "holds the SLO": "yes" if probe.passed else "no",
+         "measurement": "yes" if probe.valid else "; ".join(probe.problems)}  # fmt: skip
+        for search in results.capacity
+        for index, probe in enumerate(search.probes)
     ]
     verdict = "<br>".join(html.escape(line) for line in lines)
     return ["<h2>Capacity at the SLO</h2>", f"<p>{verdict}</p>", pd.DataFrame(rows).to_html(index=False)]
@@ -299,7 +307,9 @@ def _sessions(results: RunResults) -> list[str]:
 
 def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()) -> Path:
     """The run's page; ``history``: its history panel (``reports.history.history_panel``), when a store had one."""
-    summary = summary_frame(results)
+    records = load_records(out_path.parent)
+    comparison = build_comparison(results, records)
+    summary = summary_frame(results, comparison=comparison)
     esc = html.escape
     status = '<span class="ok">complete</span>' if results.complete else f'<span class="bad">INCOMPLETE: {esc(str(results.error))}</span>'
     config, machine = results.config, results.machine
@@ -319,10 +329,9 @@ def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()
         f"{esc(placement_line(config) or 'placement: every process on any CPU')}.</p>",
         f"<h2>Arms</h2><ul>{arms}</ul>",
     ]
-    records = load_records(out_path.parent)
     all_records = load_records(out_path.parent, include_warmup=True)
     detail = levels_frame(results)
-    parts[2:2] = [*_verdicts(results, records, summary), *_sessions(results), *_capacity(results), *history]
+    parts[2:2] = [*_verdicts(summary, comparison), *_sessions(results), *_capacity(results), *history]
     # scenario names as the levels record them (a dataset's name is its file's stem, not the path given)
     for scenario in sorted({level.scenario for level in results.levels}):
         for base in ("baseline", "baseline-constrained"):
@@ -339,7 +348,7 @@ def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()
             cdf_level = 8 if 8 in levels else levels[len(levels) // 2]
             parts += [
                 f"<h2>{esc(scenario)}: throughput and latency against load</h2>",
-                _grid(detail, scenario),
+                _grid(detail, scenario, comparison),
                 f"<h2>Latency distribution at load {cdf_level:g}</h2>",
                 _cdf(records, scenario, cdf_level) if not records.empty else "",
                 "<h2>Requests in flight over time</h2>",

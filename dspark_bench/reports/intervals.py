@@ -68,10 +68,14 @@ class PairedRatio:
     low: float | None
     high: float | None
     per_repeat: tuple[float, ...]  # the per-repeat ratios, in repeat order
+    repeat_numbers: tuple[int, ...] = ()  # the repeats they come from
 
     @property
     def repeats(self) -> int:
         return len(self.per_repeat)
+
+    def by_repeat(self) -> dict[int, float]:
+        return dict(zip(self.repeat_numbers, self.per_repeat, strict=True))
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -91,13 +95,13 @@ def paired_ratio(a: Mapping[int, float] | None, b: Mapping[int, float] | None) -
     common = sorted(r for r in set(a) & set(b) if a[r] > 0 and b[r] >= 0)
     if not common:
         return None
-    ratios = tuple(b[r] / a[r] for r in common)
+    ratios, numbers = tuple(b[r] / a[r] for r in common), tuple(common)
     if min(ratios) == 0:
-        return PairedRatio(0.0, None, None, ratios)
+        return PairedRatio(0.0, None, None, ratios, numbers)
     logs = [math.log(r) for r in ratios]
     mean = sum(logs) / len(logs)
     if len(logs) < 2:
-        return PairedRatio(math.exp(mean), None, None, ratios)
+        return PairedRatio(math.exp(mean), None, None, ratios, numbers)
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
     half = t_975(len(logs) - 1) * sd / math.sqrt(len(logs))
-    return PairedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), ratios)
+    return PairedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), ratios, numbers)

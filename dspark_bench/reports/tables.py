@@ -7,10 +7,14 @@ import numpy as np
 import pandas as pd
 
 from dspark_bench.loadtests.arms import ORACLE_ARM, REFERENCE_ARM
-from dspark_bench.loadtests.results import RunResults, by_repeat, levels_frame, measurements
-from dspark_bench.reports.intervals import PairedRatio, paired_ratio
+from dspark_bench.loadtests.results import RunResults, levels_frame
+from dspark_bench.reports.compare import Comparison, Key, build_comparison, capacity_ratios
+from dspark_bench.reports.intervals import PairedRatio
 
 SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective tok/s over the reference arm's, same scenario and level
+INTERVAL_COLUMN = "95% interval"  # ... its interval
+FINISHED_COLUMN = "x finished"  # the speed over answers that ended on their own in both arms (compare.finished_speeds)
+WARNING_COLUMN = "warn"
 EFFICIENCY_COLUMN = f"share of {ORACLE_ARM}"  # speculation efficiency: effective tok/s over the ceiling's
 SUMMARY_COLUMNS = {
     "effective_tok_s": "eff tok/s",
@@ -39,51 +43,66 @@ SUMMARY_COLUMNS = {
 RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit", "grammar drafts", "repeat drafts")
 
 
-def summary_frame(results: RunResults) -> pd.DataFrame:
+def summary_frame(results: RunResults, records: pd.DataFrame | None = None, comparison: Comparison | None = None) -> pd.DataFrame:
     """Median over repeats per (scenario, level, arm), with each arm's effective-throughput ratio to the
-    reference arm (``SPEEDUP_COLUMN``: the geometric mean of the per-repeat ratios; NaN where the run has
-    no reference arm)."""
+    reference arm (``SPEEDUP_COLUMN`` and its interval, from ``comparison``; NaN where the run has no
+    reference arm), the ratio over finished answers where ``records`` are given, and a mark where the level
+    has warnings (``metrics.level_warnings``)."""
     df = levels_frame(results)
     if df.empty:
         return df
+    comparison = comparison or build_comparison(results, records)
     # counters a server may lack, and measures results from before them lack (span_s)
     metrics = [c for c in SUMMARY_COLUMNS if c in df and df[c].notna().any()]
     grouped = df.groupby(["scenario", "level", "arm"], sort=True)[metrics].median().reset_index()
     if df["valid"].notna().any():  # a (scenario, level, arm) with any repeat that did not hold its load is flagged
         failed = df.groupby(["scenario", "level", "arm"], sort=True)["valid"].agg(lambda v: bool((v == False).any()))  # noqa: E712
         grouped["level ok"] = ["NO" if bad else "yes" for bad in failed.reset_index(drop=True)]
-    grouped[SPEEDUP_COLUMN] = _ratio_to(df, grouped, REFERENCE_ARM)
+    keys = list(zip(grouped["scenario"], grouped["level"], grouped["arm"], strict=True))
+    grouped[SPEEDUP_COLUMN] = _column(comparison.throughput, keys)
+    grouped[INTERVAL_COLUMN] = [interval_text(comparison.throughput.get(key)) for key in keys]
+    if comparison.finished:
+        grouped[FINISHED_COLUMN] = _column(comparison.finished, keys)
     if ORACLE_ARM in set(grouped["arm"]):
-        grouped[EFFICIENCY_COLUMN] = _ratio_to(df, grouped, ORACLE_ARM)
+        grouped[EFFICIENCY_COLUMN] = _column(comparison.oracle, keys)
+    grouped[WARNING_COLUMN] = ["CUT" if comparison.warnings.get(key) else "" for key in keys]
     return grouped.rename(columns=SUMMARY_COLUMNS)
 
 
-def ratios_to(df: pd.DataFrame, against: str) -> dict[tuple[str, float, str], PairedRatio]:
-    """Per (scenario, level, arm) of ``levels_frame`` rows: the arm's effective tok/s over ``against``'s at the
-    same scenario and level, paired by repeat over the repeats in which both levels were measurements (a
-    level that was not, ``valid`` False, pairs with nothing); absent where no such pair is left."""
-    eff = {key: by_repeat(rows, "effective_tok_s") for key, rows in measurements(df).groupby(["scenario", "level", "arm"])}
-    ratios = {}
-    for (scenario, level, arm), mine in eff.items():
-        if (paired := paired_ratio(eff.get((scenario, level, against)), mine)) is not None:
-            ratios[(scenario, level, arm)] = paired
-    return ratios
+def interval_text(paired: PairedRatio | None) -> str:
+    return "" if paired is None or paired.interval is None else f"{paired.interval[0]:.2f}-{paired.interval[1]:.2f}"
 
 
-def _ratio_to(df: pd.DataFrame, grouped: pd.DataFrame, arm: str) -> list[float]:
-    """Each row's ratio to ``arm`` (``ratios_to``), NaN where ``arm`` has none."""
-    ratios = ratios_to(df, arm)
-    keys = zip(grouped["scenario"], grouped["level"], grouped["arm"], strict=True)
-    return [ratios[key].ratio if key in ratios else float("nan") for key in keys]
+def _column(found: dict[Key, PairedRatio], keys: list[Key]) -> list[float]:
+    return [found[key].ratio if key in found else float("nan") for key in keys]
 
 
-def format_summary(summary: pd.DataFrame) -> str:
+def warning_lines(comparison: Comparison) -> list[str]:
+    """One line per (scenario, level, arm) with warnings, for the summary's foot."""
+    return [
+        f"warning: {scenario} at {level:g}, {arm}: {'; '.join(said)}" for (scenario, level, arm), said in sorted(comparison.warnings.items())
+    ]
+
+
+# What the printed summary shows, to fit a 120-column terminal; the run folder's summary.txt has every column.
+COMPACT_COLUMNS = (
+    "scenario", "level", "arm", "eff tok/s", "P95 ms", "truncated", "repeat drafts", "grammar drafts", "level ok",
+    SPEEDUP_COLUMN, INTERVAL_COLUMN, FINISHED_COLUMN, WARNING_COLUMN,
+)  # fmt: skip
+
+
+def format_summary(summary: pd.DataFrame, compact: bool = False) -> str:
+    """The summary as text: every column, or (``compact``) ``COMPACT_COLUMNS`` with short rates."""
     if summary.empty:
         return "(no completed levels)"
-    shown = summary.copy()
-    for column in RATE_COLUMNS:
+    shown = summary[[c for c in COMPACT_COLUMNS if c in summary]].copy() if compact else summary.copy()
+    if compact:
+        shown = shown.rename(columns={SPEEDUP_COLUMN: "x ref", INTERVAL_COLUMN: "95%", "grammar drafts": "grammar", "repeat drafts": "repeat"})
+        shown["scenario"] = shown["scenario"].map(lambda name: name if len(name) <= 24 else name[:23] + "~")
+    for column in (*RATE_COLUMNS, "grammar", "repeat"):
         if column in shown:
-            shown[column] = shown[column].map(lambda v: "-" if v != v else f"{v:.2%}")  # NaN: the arm has no such counter
+            fmt = "{:.0%}" if compact else "{:.2%}"
+            shown[column] = shown[column].map(lambda v, fmt=fmt: "-" if v != v else fmt.format(v))  # NaN: no such counter
     return shown.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")
 
 
@@ -110,24 +129,23 @@ def tag_frame(records: pd.DataFrame) -> pd.DataFrame:
 
 def capacity_lines(results: RunResults) -> list[str]:
     """A --find-capacity run's verdict, a line per scenario: each arm's capacity at the SLO, its bracket,
-    and each arm's capacity over the reference arm's; [] for other runs."""
+    and each arm's capacity over the reference arm's (``compare.capacity_ratios``); [] for other runs."""
     lines = []
-    for scenario in dict.fromkeys(entry["scenario"] for entry in results.capacity):
-        entries = [entry for entry in results.capacity if entry["scenario"] == scenario]
-        first = entries[0]
-        slo = ", ".join(f"{key} <= {limit:g}" for key, limit in first["slo"].items()) or "valid answers"
-        lines.append(f"capacity at the SLO ({slo}; {first['share']:.0%} of requests good), {scenario}:")
-        found = {entry["arm"]: entry.get("capacity_req_s") for entry in entries}
-        for entry in entries:
-            capacity, bracket = entry.get("capacity_req_s"), entry.get("bracket")
+    ratios = capacity_ratios(results)
+    for scenario in dict.fromkeys(search.scenario for search in results.capacity):
+        searches = [search for search in results.capacity if search.scenario == scenario]
+        first = searches[0]
+        slo = ", ".join(f"{key} <= {limit:g}" for key, limit in first.slo.items()) or "valid answers"
+        lines.append(f"capacity at the SLO ({slo}; {first.share:.0%} of requests good), {scenario}:")
+        for search in searches:
+            capacity, bracket = search.capacity_req_s, search.bracket
             if capacity is None or not bracket:
-                said = f"not found ({entry.get('stopped') or 'no probe held the SLO'})"
+                said = f"not found ({search.stopped or 'no probe held the SLO'})"
             else:
-                said = f"holds {capacity:.3g} req/s, misses at {bracket[1]:.3g}" + ("" if entry.get("resolved") else " (not resolved)")
-            ratio = ""
-            if capacity and found.get(REFERENCE_ARM) and entry["arm"] != REFERENCE_ARM:
-                ratio = f"; {capacity / found[REFERENCE_ARM]:.2f}x {REFERENCE_ARM}"
-            lines.append(f"  {entry['arm']}: {said} ({len(entry.get('probes', []))} probes){ratio}")
+                said = f"holds {capacity:.3g} req/s, misses at {bracket[1]:.3g}" + ("" if search.resolved else " (not resolved)")
+            paired = ratios.get((scenario, search.arm))
+            ratio = f"; {paired.ratio:.2f}x {REFERENCE_ARM}" if paired is not None else ""
+            lines.append(f"  {search.arm}: {said} ({len(search.probes)} probes){ratio}")
     return lines
 
 

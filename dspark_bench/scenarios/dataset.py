@@ -25,6 +25,7 @@ Requests cycle through the lines in file order.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import random
 import re
@@ -54,6 +55,34 @@ def line_error(path: Path, line: int, field: str, problem: str, fix: str) -> Sce
     return ScenarioError(path, f"line {line}: {field}", problem, fix)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook: a key written twice is refused (json keeps the last, silently; OpenAI's servers differ)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"key {key!r} written twice in one object")
+        found[key] = value
+    return found
+
+
+def loads(text: str) -> Any:
+    """JSON text of a data file, with every object's keys unique."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
+def read_text(path: Path) -> str:
+    """The file as text; ScenarioError naming the line and byte where it is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode(ENCODING)
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise line_error(
+            path, line, "(line)", f"not UTF-8 (byte 0x{data[exc.start]:02x} at column {column})", "save the file as UTF-8"
+        ) from None
+
+
 def rows_of(path: Path) -> list[tuple[int, Any]]:
     """(line number, raw row) for every request in the file or folder."""
     if path.is_dir():
@@ -66,11 +95,11 @@ def rows_of(path: Path) -> list[tuple[int, Any]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         rows = []
-        for number, text in enumerate(path.read_text(encoding=ENCODING).splitlines(), start=1):
+        for number, text in enumerate(read_text(path).splitlines(), start=1):
             if not text.strip():
                 continue
             try:
-                rows.append((number, json.loads(text)))
+                rows.append((number, loads(text)))
             except ValueError as exc:
                 raise line_error(path, number, "(line)", f"not JSON ({exc})", "write one JSON object per line") from None
         return rows
@@ -79,14 +108,14 @@ def rows_of(path: Path) -> list[tuple[int, Any]]:
         if isinstance(data, list):
             return [(index, row) for index, row in enumerate(data, start=1)]
         return [(1, data)]
-    with path.open(encoding=ENCODING, newline="") as f:  # CSV: a header row, then one request per row
+    with io.StringIO(read_text(path), newline="") as f:  # CSV: a header row, then one request per row
         reader = csv.DictReader(f)
         return [(number, _csv_row(path, number, row)) for number, row in enumerate(reader, start=2)]
 
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding=ENCODING))
+        return loads(read_text(path))
     except ValueError as exc:
         raise ScenarioError(path, "(file)", f"not JSON ({exc})", "write a JSON list of requests, or use .jsonl") from None
 
@@ -99,12 +128,12 @@ def _csv_row(path: Path, number: int, row: dict[str, str]) -> dict[str, Any]:
             continue
         if key in ("messages", "schema", "response_format"):
             try:
-                out[key] = json.loads(cell)
+                out[key] = loads(cell)
             except ValueError:
                 raise line_error(path, number, key, "is not JSON", f"write the {key} cell as JSON") from None
         elif key == "answer":
             try:
-                out[key] = json.loads(cell) if cell.lstrip()[:1] in ("{", "[") else cell
+                out[key] = loads(cell) if cell.lstrip()[:1] in ("{", "[") else cell
             except ValueError:
                 out[key] = cell
         elif key == "max_tokens":

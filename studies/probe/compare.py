@@ -10,15 +10,15 @@ the lossless figures come from `python -m studies.equality`.
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from dspark_bench.loadtests.openai_api import ask
-from dspark_bench.scenarios import Split, load_scenario
+from dspark_bench.loadtests.openai_api import RequestSettings, ask
+from dspark_bench.scenarios import Mode, Split, load_scenario
 
 WORKLOADS = (("examples/requests.jsonl", "json_schema", 40), ("order_extraction", "json_object", 40), ("freeform_qa", "text", 24))
 
 
 def answers(port: int, samples: list, mode: str, concurrency: int) -> list[str]:
     def one(sample) -> str:
-        answer = ask(f"http://127.0.0.1:{port}", "m", sample.messages, response_format=sample.response_format(mode), max_tokens=256)
+        answer = ask(f"http://127.0.0.1:{port}", RequestSettings("m", Mode(mode), max_tokens=256), sample)
         return answer["choices"][0]["message"]["content"]
 
     with ThreadPoolExecutor(concurrency) as pool:

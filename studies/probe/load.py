@@ -12,8 +12,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from dspark_bench.loadtests.openai_api import ask
-from dspark_bench.scenarios import Split, load_scenario
+from dspark_bench.loadtests.openai_api import RequestSettings, ask
+from dspark_bench.scenarios import Mode, Split, load_scenario
 
 
 def main() -> None:
@@ -24,8 +24,8 @@ def main() -> None:
     samples = list(scenario.samples(Split.EVAL, skip + count))[skip:]
 
     def completion_tokens(sample) -> int:
-        response_format = sample.response_format(mode) if mode != "none" else None
-        answer = ask(f"http://127.0.0.1:{port}", "m", sample.messages, response_format=response_format, timeout_s=300)
+        request = RequestSettings("m", Mode.PROMPT if mode == "none" else Mode(mode), request_timeout_s=300)
+        answer = ask(f"http://127.0.0.1:{port}", request, sample)
         return answer["usage"]["completion_tokens"]
 
     started = time.time()

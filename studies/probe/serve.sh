@@ -10,5 +10,5 @@ shift 2
 cd "$(dirname "$0")/../.."
 export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
 [ -f .venv/lib/libiomp5.so ] && export LD_PRELOAD=$PWD/.venv/lib/libiomp5.so
-exec .venv/bin/python -m dspark_bench.engine_patch.serve --model models/tiny-json --served-model-name m --host 127.0.0.1 \
+exec .venv/bin/python -m dspark_serve.serve --model models/tiny-json --served-model-name m --host 127.0.0.1 \
     --port "$port" --dtype bfloat16 --max-model-len 1024 "$@" >"$log" 2>&1

@@ -73,7 +73,7 @@ def test_hanging_requests_time_out_are_recorded_and_stop_the_run(tmp_path):
 
 def test_a_refused_request_stops_the_run_with_the_servers_message(tmp_path):
     run_dir = tmp_path / "run"
-    with pytest.raises(RunAborted, match=r"refused the first request \(HTTP 400\): max_tokens is too large"):
+    with pytest.raises(RunAborted, match=r"refused the first request \(HTTP 400: max_tokens is too large"):
         run_sweep(_config(tmp_path, "refuse"), run_dir)
     assert json.loads((run_dir / "results.json").read_text())["complete"] is False
     assert_no_server_left(run_dir)
@@ -175,3 +175,26 @@ def test_ctrl_c_or_sigterm_stops_servers_and_keeps_results(tmp_path, sig, code, 
     saved = json.loads(results.read_text())
     assert saved["complete"] is False and ("interrupted" in saved["error"] or "terminated" in saved["error"])
     assert_no_server_left(tmp_path / "run")
+
+
+def test_a_url_server_that_dies_mid_level_ends_the_level_in_seconds(tmp_path):
+    """A --url server has no process to watch: requests that get no answer at all, then a silent address,
+    end the level, instead of the level's every ticket being spent on a dead server."""
+    from dspark_bench.loadtests.deploy.local import free_port
+
+    port = free_port()
+    server = subprocess.Popen([*FAKE.split(), "--port", str(port), "--behavior", "die-after", "--after", "4"])
+    try:
+        time.sleep(1.5)
+        config = _config(tmp_path, "ok", urls={"broken": f"http://127.0.0.1:{port}"}, requests_per_level=5000, level_timeout_s=120.0)
+        started = time.monotonic()
+        with pytest.raises(RunAborted, match="stopped answering"):
+            run_sweep(config, tmp_path / "run")
+        assert time.monotonic() - started < 30
+        records = read_records(tmp_path / "run" / "requests.jsonl")
+        assert len(records) < 200  # not the level's 5,000 tickets
+        results = json.loads((tmp_path / "run" / "results.json").read_text())
+        assert results["complete"] is False and "stopped answering" in results["error"]
+    finally:
+        server.kill()
+        server.wait()

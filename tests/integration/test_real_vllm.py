@@ -85,8 +85,11 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     # every answer of its two levels, warm-up and tails included
     assert len(list((run / "responses" / "baseline").glob("*.json"))) == sum(r["arm"] == "baseline" for r in records)
     assert sum(r["arm"] == "baseline" and not r["tail"] for r in records) == 5 + 10
-    assert (run / "report.html").exists() and "eff tok/s" in out.stdout and "x baseline-constrained" in out.stdout
-    assert "span s" in out.stdout and "wall s" in out.stdout  # what the throughputs are over, beside the wall time
+    assert (run / "report.html").exists() and "eff tok/s" in out.stdout and "x ref" in out.stdout
+    assert "over baseline-constrained's, paired by repeat" in out.stdout  # the summary names its reference arm
+    full = (run / "summary.txt").read_text()  # every column, where the printed summary fits 120 columns
+    assert "span s" in full and "wall s" in full  # what the throughputs are over, beside the wall time
+    assert max(len(line) for line in out.stdout.splitlines() if line.lstrip().startswith("order_extraction ")) <= 120
     assert len((run / "levels.csv").read_text().splitlines()) == 1 + 4
     assert_no_server_left(run)
 

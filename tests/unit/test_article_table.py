@@ -1,4 +1,4 @@
-"""The article's table from per-request records: ratios from wall time, intervals around them."""
+"""The article's table: the summary's span-based throughputs and paired ratios, intervals around them."""
 
 import json
 
@@ -20,8 +20,11 @@ def _write_run(tmp_path):
                 )  # fmt: skip
     (tmp_path / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     walls = {"baseline": 44.0, "dspark": 11.0}
+    valid = {"baseline": 3800, "dspark": 4000}
+    p95_ms = {"baseline": 1200.0, "dspark": 300.0}  # the records' latencies: 1.0, 1.1 and 1.2 times the arm's
     levels = [
-        {"arm": arm, "scenario": "s", "level": level, "repeat": 0, "metrics": {"wall_s": walls[arm] / level}}
+        {"arm": arm, "scenario": "s", "level": level, "repeat": 0,
+         "metrics": {"wall_s": walls[arm] / level, "effective_tok_s": valid[arm] * level / walls[arm], "latency_p95_ms": p95_ms[arm]}}  # fmt: skip
         for arm in walls
         for level in (1, 8)
     ]
@@ -53,7 +56,8 @@ def _write_repeats(tmp_path, dspark_latency_by_repeat):
             for i in range(30):
                 rows.append({"arm": arm, "level": 1, "scenario": "s", "warmup": False, "repeat": repeat, "t_send": 0.0,
                              "t_last_byte": latency * (1 + 0.05 * (i % 3)), "output_tokens": 100, "verdict": "valid"})  # fmt: skip
-            levels.append({"arm": arm, "scenario": "s", "level": 1, "repeat": repeat, "metrics": {"wall_s": 30 * latency * 1.05}})
+            wall = 30 * latency * 1.05
+            levels.append({"arm": arm, "scenario": "s", "level": 1, "repeat": repeat, "metrics": {"wall_s": wall, "effective_tok_s": 3000 / wall}})
     (tmp_path / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     return made_run(levels)
 

@@ -4,16 +4,14 @@ that lands one request's drafts and none of the other's is simulated step by ste
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from dspark_bench.engine_patch import speculation_gate
-from dspark_bench.engine_patch.acceptance import StepCosts
-from dspark_bench.engine_patch.speculation_gate import REJUDGE_STEPS, SpeculationGate
-from dspark_bench.engine_patch.state import EngineCounters, read_counters
+from dspark_serve.acceptance import StepCosts
+from dspark_serve.speculation_gate import REJUDGE_STEPS, GateHooks, SpeculationGate
+from dspark_serve.state import EngineCounters, read_counters
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-json"
 DRAFTS = 4
@@ -22,24 +20,31 @@ BLOCK = 16
 
 @pytest.fixture
 def patched() -> Iterator[Callable[[SpeculationGate], None]]:
-    """``speculation_gate.install``, with every replaced vLLM attribute restored afterwards."""
+    """The gate's hooks on vLLM's scheduler and engine core, as the plugin lists them; vLLM's own methods
+    put back afterwards (a target given no hooks restores them)."""
     pytest.importorskip("vllm")
-    saved = []
-    for target in speculation_gate.REPLACES:
-        module, qualified = target.split(":")
-        owner_name, attribute = qualified.split(".")
-        owner = getattr(importlib.import_module(module), owner_name)
-        saved.append((owner, attribute, owner.__dict__[attribute]))
-    yield speculation_gate.install
-    for owner, attribute, original in saved:
-        setattr(owner, attribute, original)
+    from dspark_serve.targets import engine_core, scheduler
+
+    def install(gate: SpeculationGate) -> None:
+        hooks = GateHooks(gate)
+        scheduler.install(
+            update_after_schedule=[hooks.update_after_schedule],
+            async_update_after_schedule=[hooks.async_update_after_schedule],
+            update_from_output=[hooks.update_from_output],
+            update_draft_token_ids=[hooks.update_draft_token_ids],
+        )
+        engine_core.install(post_step=[hooks.post_step])
+
+    yield install
+    scheduler.install()
+    engine_core.install()
 
 
 def _gate(counters: EngineCounters | None = None) -> SpeculationGate:
     """A gate that keeps its fallback costs: the simulated steps' wall times are not a machine's."""
     costs = StepCosts()
     costs.record = lambda *step: None  # type: ignore[method-assign]
-    return SpeculationGate(counters, costs=costs)
+    return SpeculationGate(counters, costs=costs, governor=None)
 
 
 def _async_scheduler():

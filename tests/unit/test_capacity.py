@@ -40,7 +40,7 @@ def test_a_search_that_stopped_proposes_nothing():
     search = CapacitySearch(1.0, 0.9, 0.1)
     search.probes.append(Probe(1.0, 0.0, False, valid=False, problems=("achieved rate 0.5 of 1",)))
     search.stopped = "not a measurement"
-    assert search.next_rate() is None and search.as_dict()["probes"][0]["valid"] is False
+    assert search.next_rate() is None and search.result("a", "s", {}).probes[0].valid is False
 
 
 def test_capacity_settings_are_checked():
@@ -68,9 +68,9 @@ def test_a_sweep_finds_the_capacity_of_a_server_that_has_one(tmp_path):
     assert results.complete
     [entry] = load_results(tmp_path / "cap").capacity
     # the queue starts at 20/s; below it a busy machine's hiccups may push a tenth of the answers past 150 ms
-    assert entry["resolved"] and 4 <= entry["capacity_req_s"] <= 20, entry
-    assert [p["rate"] for p in entry["probes"]][:2] == [4.0, 8.0]  # doubled from the first rate
-    assert len(results.levels) == len(entry["probes"])  # each probe a level of the run
+    assert entry.resolved and 4 <= entry.capacity_req_s <= 20, entry
+    assert [p.rate for p in entry.probes][:2] == [4.0, 8.0]  # doubled from the first rate
+    assert len(results.levels) == len(entry.probes)  # each probe a level of the run
     assert "baseline-constrained: holds" in "\n".join(capacity_lines(results))
 
 
@@ -89,4 +89,4 @@ def test_a_probe_where_most_requests_fail_is_a_miss_not_the_end_of_the_run(tmp_p
         server.wait()
     assert results.complete and results.error is None
     [entry] = load_results(tmp_path / "fails").capacity
-    assert entry["capacity_req_s"] is None and [p["passed"] for p in entry["probes"]] == [False] * 5  # 8/s, then halved 4 times
+    assert entry.capacity_req_s is None and [p.passed for p in entry.probes] == [False] * 5  # 8/s, then halved 4 times

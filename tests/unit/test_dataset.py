@@ -129,3 +129,17 @@ def test_a_schema_nested_hundreds_deep_is_one_line_not_a_traceback(tmp_path):
     path.write_text(json.dumps({"prompt": "x", "schema": deep}) + "\n", encoding="utf-8")
     with pytest.raises(ScenarioError, match="line 1: schema.*nests deeper"):
         load_scenario(path)
+
+
+def test_a_line_that_is_not_utf8_is_named_with_its_byte(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"prompt": "fine"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(ScenarioError, match=r"line 2: \(line\).*not UTF-8 \(byte 0xe9 at column 16\).*save the file as UTF-8"):
+        load_scenario(str(path))
+
+
+def test_a_key_written_twice_is_refused_not_silently_dropped(tmp_path):
+    path = tmp_path / "twice.jsonl"
+    path.write_text('{"prompt": "a", "max_tokens": 10, "max_tokens": 20}\n', encoding="utf-8")
+    with pytest.raises(ScenarioError, match=r"line 1: .*'max_tokens' written twice"):
+        load_scenario(str(path))

@@ -2,7 +2,7 @@
 
 from dspark_bench.loadtests.deploy.base import failure_summary, root_cause
 
-VLLM_OOM = """$ .venv/bin/python -m dspark_bench.engine_patch.serve --model models/tiny-json
+VLLM_OOM = """$ .venv/bin/python -m dspark_serve.serve --model models/tiny-json
 # env: {'VLLM_CPU_KVCACHE_SPACE': '2'}
 (APIServer pid=14517) WARNING 11-29 17:06:47 [system_utils.py:255] Found ulimit of 20000 and failed to automatically increase
 (Worker pid=14696) ERROR 11-29 17:11:26 [multiproc_executor.py:1063] Traceback (most recent call last):
@@ -105,3 +105,65 @@ def test_a_run_places_its_load_generator_and_puts_it_back(fast_server, tmp_path,
                          levels=[1], requests_per_level=4, warmup_requests=0, output_dir=str(tmp_path), run_name="placed")  # fmt: skip
     assert sweep.run_sweep(config, tmp_path / "placed").complete
     assert placed == [{last}, cpus] and os.sched_getaffinity(0) == cpus
+
+
+def test_a_local_arm_whose_server_is_not_installed_stops_with_the_fix(tmp_path):
+    """dspark-serve is its own distribution: a harness without it says so before any server is waited for."""
+    import sys
+
+    import pytest
+
+    from dspark_bench.loadtests.deploy.base import DeployError, ServerSpec
+    from dspark_bench.loadtests.deploy.local import LocalDeployer
+
+    deployer = LocalDeployer(tmp_path)
+    missing = ServerSpec("dspark", "m", "m", [sys.executable, "-m", "dspark_serve_not_here.serve"])
+    with pytest.raises(DeployError, match=r"arm 'dspark': its server is python -m dspark_serve_not_here.serve, which is not installed"):
+        deployer.launch(missing)
+    assert not deployer.endpoints and not list(tmp_path.iterdir())  # nothing started, no log
+
+
+# A "server" that logs when it started, then answers /health once a second has passed (a start-up).
+SLOW_HEALTH = """
+import http.server, sys, time
+started = time.time()
+print("started at", started, flush=True)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if time.time() - started > 1.0 else 503)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def test_servers_that_share_a_gpu_start_one_after_another(tmp_path, monkeypatch):
+    """vLLM sizes its KV cache from the GPU memory free while it profiles: a neighbour starting beside it takes
+    that memory. So servers that share a GPU start once the one before is ready; on a CPU their starts overlap."""
+    import sys
+
+    from dspark_bench.loadtests.config import load_config
+    from dspark_bench.loadtests.deploy.base import ServerSpec
+    from dspark_bench.loadtests.deploy.local import LocalDeployer
+    from dspark_bench.loadtests.deploy.servers import server_specs
+    from dspark_bench.loadtests.machine import machine_facts
+
+    gpu_host = machine_facts().__class__(**{**machine_facts().__dict__, "gpu": "NVIDIA H200"})
+    specs = server_specs(load_config(), ["baseline-constrained", "dspark"], gpu_host)
+    assert all(spec.shares_gpu for spec in specs) and "--gpu-memory-utilization" in specs[0].args
+    assert not any(spec.shares_gpu for spec in server_specs(load_config(), ["baseline-constrained", "dspark"]))  # this CPU
+
+    def started(endpoint) -> float:
+        return float(endpoint.log_path.read_text().split("started at ")[1].split()[0])
+
+    for shares_gpu in (True, False):
+        deployer = LocalDeployer(tmp_path / str(shares_gpu), startup_timeout_s=30)
+        launcher = [sys.executable, "-c", SLOW_HEALTH]
+        try:
+            first, second = deployer.start_many([ServerSpec(arm, "m", "m", launcher, shares_gpu=shares_gpu) for arm in ("a", "b")])
+            gap = started(second) - started(first)
+        finally:
+            deployer.stop_all()
+        assert (gap > 1.0) is shares_gpu, (shares_gpu, gap)

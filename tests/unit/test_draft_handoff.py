@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from dspark_bench.engine_patch.draft_handoff import CARRIED, NOT_CARRIED, Handoff, carry
-from dspark_bench.engine_patch.state import EngineCounters, read_counters
+from dspark_serve.draft_handoff import CARRIED, NOT_CARRIED, Handoff, carry
+from dspark_serve.state import EngineCounters, read_counters
 
 
 def _engine(**overrides):

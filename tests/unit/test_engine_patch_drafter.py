@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from dspark_bench.engine_patch.drafter import (
+from dspark_serve.drafter import (
     DELIMITER,
     OPENS_KEY_Q,
     OPENS_STRING,
@@ -74,7 +74,7 @@ def test_draft_length_shrinks_with_the_batch():
 
 
 def test_text_copy_finds_a_value_whose_first_token_differs_from_the_prompts():
-    from dspark_bench.engine_patch.drafter import TextCopy
+    from dspark_serve.drafter import TextCopy
     from models.tokenizer import load_tokenizer
 
     tok = load_tokenizer("models/tiny-json")

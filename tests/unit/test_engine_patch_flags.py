@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from dspark_bench.engine_patch import SUPPORTED_VLLM
-from dspark_bench.engine_patch.flags import FlagError, parse
-from dspark_bench.engine_patch.middleware import with_default_format
-from dspark_bench.engine_patch.serve import (
+from dspark_serve import SUPPORTED_VLLM
+from dspark_serve.flags import FlagError, parse
+from dspark_serve.middleware import with_default_format
+from dspark_serve.serve import (
     VersionError,
     build,
     load_aware_schedule,
@@ -40,7 +40,7 @@ def test_vllm_serve_shape_from_gpustack_is_accepted(head):
 def test_defaults_and_equals_form(tmp_path):
     options, _ = parse(["--dspark-enabled", f"--dspark-schema-compile={tmp_path}", "--dspark-speculative-length=3"])
     assert options.speculative_length == 3 and options.schema_dir == tmp_path
-    assert parse(["--dspark-enabled"])[0].speculative_length == 5
+    assert parse(["--dspark-enabled"])[0].speculative_length is None  # the drafter's longest, the gate measures
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,9 @@ def test_native_dspark_selected_only_with_gpu_and_weights(tmp_path):
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    assert select_drafter(str(plain), gpu=True).method == "structure"
+    assert select_drafter(str(plain), gpu=True).method == "ngram_gpu"  # keeps asynchronous scheduling
+    assert select_drafter(str(plain), gpu=True, choice="structure").method == "structure"
+    assert select_drafter(str(plain), gpu=False).method == "structure"
     with pytest.raises(FlagError, match="needs a GPU"):
         select_drafter(str(plain), gpu=False, choice="native")
 
@@ -174,10 +176,10 @@ def test_build_turns_the_switch_into_vllm_arguments():
     options, rest = parse([*ARTICLE, "--dspark-speculative-length", "6"])
     argv, facts = build(options, rest, gpu=False)
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec["method"] == "custom_class" and spec["model"] == "dspark_bench.engine_patch.drafter.JsonDrafter"
+    assert spec["method"] == "custom_class" and spec["model"] == "dspark_serve.drafter.JsonDrafter"
     assert spec["num_speculative_tokens"] == 6
     assert "--structured-outputs-config" not in argv  # see serve.build: xgrammar's fixed separators
-    assert "dspark_bench.engine_patch.middleware.DSparkMiddleware" in argv
+    assert "dspark_serve.middleware.DSparkMiddleware" in argv
     line = status_line(facts)
     assert "drafter structure" in line and "up to 6 draft tokens" in line and "JSON (json_object)" in line
     # this checkout is installed (make install), so vLLM will load the engine plugin
@@ -233,7 +235,7 @@ def test_schema_check_refuses_what_the_grammar_compiler_cannot_compile():
     pytest.importorskip("xgrammar")
     from pathlib import Path
 
-    from dspark_bench.engine_patch.middleware import SchemaCheck, requested_schema
+    from dspark_serve.middleware import SchemaCheck, requested_schema
 
     check = SchemaCheck(str(Path(__file__).resolve().parents[2] / "models" / "tiny-json"))
     huge = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 10**30}}}
@@ -244,14 +246,14 @@ def test_schema_check_refuses_what_the_grammar_compiler_cannot_compile():
 
 
 def test_the_verification_budget_is_a_wide_bound_the_measured_costs_decide_within_and_is_said():
-    from dspark_bench.engine_patch.serve import verify_budget
+    from dspark_serve.serve import verify_budget
 
     assert verify_budget({}) == (1024, "default: the measured step costs decide")  # no rule by CPU flag
     assert verify_budget({"DSPARK_VERIFY_BUDGET": "64"}) == (64, "DSPARK_VERIFY_BUDGET=64")
     with pytest.raises(FlagError, match="DSPARK_VERIFY_BUDGET"):
         verify_budget({"DSPARK_VERIFY_BUDGET": "lots"})
     options, rest = parse([*ARTICLE, "--dspark-draft-model", "models/tiny-json-draft"])  # vLLM's schedule
-    for budget, drafts_at_64 in ((verify_budget({}), options.speculative_length), (verify_budget({"DSPARK_VERIFY_BUDGET": "64"}), 0)):
+    for budget, drafts_at_64 in ((verify_budget({}), 5), (verify_budget({"DSPARK_VERIFY_BUDGET": "64"}), 0)):
         argv, facts = build(options, rest, gpu=False, budget=budget)
         schedule = json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens_per_batch_size"]
         assert next(k for first, last, k in schedule if first <= 64 <= last) == drafts_at_64
@@ -259,7 +261,7 @@ def test_the_verification_budget_is_a_wide_bound_the_measured_costs_decide_withi
 
 
 def test_a_cpu_server_gets_a_kv_cache_size_unless_the_user_gave_one():
-    from dspark_bench.engine_patch.serve import default_cpu_kv_cache
+    from dspark_serve.serve import default_cpu_kv_cache
 
     assert default_cpu_kv_cache({}, ["--model", "m"], gpu=False) == "2"
     assert default_cpu_kv_cache({"VLLM_CPU_KVCACHE_SPACE": "8"}, ["--model", "m"], gpu=False) is None
@@ -268,7 +270,7 @@ def test_a_cpu_server_gets_a_kv_cache_size_unless_the_user_gave_one():
 
 
 def test_a_server_that_does_not_start_is_one_line_with_the_fix():
-    from dspark_bench.engine_patch.serve import startup_failure
+    from dspark_serve.serve import startup_failure
 
     memory = startup_failure(ValueError("Free memory on device cpu (3.1/23.5 GiB) is less than desired\nmore"))
     assert "\n" not in memory and "VLLM_CPU_KVCACHE_SPACE" in memory and memory.startswith("dspark-serve: error:")
@@ -280,7 +282,7 @@ def test_the_status_says_whether_and_where_the_acceptance_cap_acts():
     """The cap acts on both of vLLM's scheduling paths, and the status says which: synchronous on a CPU, and
     on a GPU with --no-async-scheduling; asynchronous where vLLM schedules a block drafter so on a GPU; then
     the engine's own steps say which it was."""
-    from dspark_bench.engine_patch.middleware import observed_cap
+    from dspark_serve.middleware import observed_cap
 
     draft_model = ["--dspark-draft-model", str(Path(__file__).resolve().parents[2] / "models" / "tiny-json-dflash")]
     options, rest = parse([*ARTICLE, *draft_model])
@@ -295,3 +297,27 @@ def test_the_status_says_whether_and_where_the_acceptance_cap_acts():
     assert observed_cap("active", {"engine_steps": 10, "async_steps": 0}) == "active"
     assert observed_cap("active", {"engine_steps": 10, "async_steps": 10}).startswith("active (asynchronous scheduling, 10 of 10 steps")
     assert observed_cap("off (DSPARK_ACCEPTANCE_CAP=0)", {"engine_steps": 10}).startswith("off")
+
+
+def test_each_engine_feature_has_a_flag_that_wins_over_the_environment():
+    from dspark_serve.engine_config import SWITCHES, SwitchError
+
+    options, rest = parse([*ARTICLE, "--no-dspark-repeat-drafts", "--dspark-governor=false", "--dspark-draft-handoff"])
+    assert options.features == {"repeat_drafts": False, "governor": False, "draft_handoff": True} and "--dspark-governor=false" not in rest
+    facts = build(options, rest, gpu=False, environ={"DSPARK_DRAFT_HANDOFF": "0", "DSPARK_GRAMMAR_DRAFTS": "0"})[1]
+    assert facts["switches"] == {"repeat_drafts": False, "grammar_drafts": False, "draft_handoff": True, "acceptance_cap": True,
+                                 "governor": False}  # fmt: skip
+    assert set(SWITCHES) == set(facts["switches"])  # every EngineConfig switch has its flag
+    off = build(*parse([*ARTICLE, "--no-dspark-acceptance-cap"]), gpu=False)[1]["acceptance_cap"]
+    assert off == "off (--no-dspark-acceptance-cap)"
+    with pytest.raises(FlagError, match="--dspark-governor='maybe' is not true or false"):
+        parse([*ARTICLE, "--dspark-governor=maybe"])
+    with pytest.raises(SwitchError, match="DSPARK_GOVERNOR='2' is not 0 or 1"):
+        build(*parse(ARTICLE), gpu=False, environ={"DSPARK_GOVERNOR": "2"})
+
+
+def test_a_bad_switch_in_the_environment_exits_2_in_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("DSPARK_REPEAT_DRAFTS", "off")
+    assert main(ARTICLE) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "DSPARK_REPEAT_DRAFTS='off' is not 0 or 1; fix:" in err[0]

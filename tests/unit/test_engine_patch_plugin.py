@@ -8,18 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dspark_bench.engine_patch import (
-    draft_handoff,
-    engine_drafts,
+from dspark_serve import (
     engine_plugin,
-    grammar_counter,
-    no_draft_step,
-    speculation_gate,
 )
-from dspark_bench.engine_patch.dflash_fixes import greedy_tokens, normalize_per_layer
-from dspark_bench.engine_patch.engine_plugin import GRAMMAR_DRAFTS_ENV, HANDOFF_ENV, REPEAT_DRAFTS_ENV
-from dspark_bench.engine_patch.grammar_counter import GrammarForcedCounter, single_token_rows
-from dspark_bench.engine_patch.state import STATUS_ENV, EngineCounters, read_counters
+from dspark_serve.dflash_fixes import greedy_tokens, normalize_per_layer
+from dspark_serve.engine_config import EngineConfig
+from dspark_serve.grammar_counter import GrammarForcedCounter, single_token_rows
+from dspark_serve.state import EngineCounters, read_counters
 
 # The embedded model, found from this file: the engine patch's tests import nothing from the harness.
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-json"
@@ -96,41 +91,101 @@ def test_read_counters_sums_engine_processes(tmp_path):
     assert set(read_counters(tmp_path / "absent").values()) == {0}
 
 
-def test_register_leaves_stock_vllm_alone(monkeypatch, tmp_path):
-    installed = []
-    monkeypatch.setattr(grammar_counter, "install", lambda counter: installed.append("grammar"))
-    monkeypatch.setattr(speculation_gate, "install", lambda gate: installed.append("gate"))
-    monkeypatch.setattr(no_draft_step, "install", lambda counters=None: installed.append("sampler"))
-    monkeypatch.setattr(draft_handoff, "install", lambda handoff: installed.append("handoff"))
-    def engine_drafts_installed(repeat, grammar, learned_rate):
-        installed.append("+".join(name for name, on in (("repeat", repeat), ("grammar-drafts", grammar)) if on) or "no-engine-drafts")
+@pytest.fixture
+def plugin():
+    """``engine_plugin.install`` on the real vLLM classes; vLLM's own methods put back afterwards."""
+    pytest.importorskip("vllm")
+    from dspark_serve import hooks
 
-    monkeypatch.setattr(engine_drafts, "install", engine_drafts_installed)
-    monkeypatch.delenv(GRAMMAR_DRAFTS_ENV, raising=False)
-    monkeypatch.delenv(REPEAT_DRAFTS_ENV, raising=False)
-    monkeypatch.delenv(HANDOFF_ENV, raising=False)
-    monkeypatch.delenv(STATUS_ENV, raising=False)
-    monkeypatch.setenv("DSPARK_STATE_DIR", str(tmp_path))
+    yield engine_plugin.install
+    engine_plugin.uninstall()
+    assert not hooks.INSTALLED
+
+
+POST_STEP = "vllm.v1.engine.core:EngineCore.post_step"
+UPDATE_FROM_OUTPUT = "vllm.v1.core.sched.scheduler:Scheduler.update_from_output"
+SAMPLE_TOKENS = "vllm.v1.worker.gpu_model_runner:GPUModelRunner.sample_tokens"
+
+
+def test_register_leaves_stock_vllm_alone(plugin, monkeypatch):
+    from vllm.v1.engine.core import EngineCore
+
+    from dspark_serve import hooks
+    from dspark_serve.engine_config import ENGINE_ENV
+
+    post_step = EngineCore.post_step
+    monkeypatch.delenv(ENGINE_ENV, raising=False)
     engine_plugin.register()  # a stock server on the same installation
-    monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": False}))
+    assert not hooks.INSTALLED and EngineCore.post_step is post_step
+
+
+def test_each_method_has_one_wrapper_calling_its_hooks_in_the_listed_order(plugin, tmp_path):
+    from vllm.v1.engine.core import EngineCore
+
+    from dspark_serve import hooks
+
+    post_step = EngineCore.post_step
+    plugin(EngineConfig("ngram", str(tmp_path)))  # every feature on by default
+    assert hooks.INSTALLED[POST_STEP] == ["EngineDraftHooks.post_step", "GateHooks.post_step", "HandoffHooks.post_step"]
+    assert hooks.INSTALLED[UPDATE_FROM_OUTPUT] == [
+        "EngineDraftHooks.update_from_output", "GateHooks.update_from_output", "HandoffHooks.update_from_output"
+    ]  # fmt: skip
+    assert hooks.INSTALLED[SAMPLE_TOKENS] == ["HandoffHooks.sample_tokens", "StockStepHooks.sample_tokens"]
+    assert "vllm.v1.spec_decode.dflash:DFlashProposer.propose" not in hooks.INSTALLED  # not the dflash drafter
+    assert not list(tmp_path.iterdir())  # files appear with the first count
+    plugin(EngineConfig("ngram", str(tmp_path)))  # again: the same one wrapper, on vLLM's own method
+    assert getattr(EngineCore.post_step, hooks.ORIGINAL) is post_step
+    assert len(getattr(EngineCore.post_step, hooks.HOOKS)) == 3
+
+
+def test_switches_take_their_features_hooks_out(plugin, tmp_path):
+    from dspark_serve import hooks
+
+    plugin(EngineConfig("ngram", str(tmp_path), grammar_drafts=False))
+    assert hooks.INSTALLED[POST_STEP][0] == "EngineDraftHooks.post_step"  # repeat drafts still on
+    plugin(EngineConfig("ngram", str(tmp_path), repeat_drafts=False, grammar_drafts=False, draft_handoff=False))
+    assert hooks.INSTALLED[POST_STEP] == ["GateHooks.post_step"]
+    assert hooks.INSTALLED[SAMPLE_TOKENS] == ["StockStepHooks.sample_tokens"]
+    plugin(EngineConfig("ngram", str(tmp_path), repeat_drafts=False, grammar_drafts=False, acceptance_cap=False))
+    assert hooks.INSTALLED[POST_STEP] == ["HandoffHooks.post_step"]
+    plugin(EngineConfig("off", str(tmp_path)))  # speculation off: grammar-forced counts only
+    assert sorted(hooks.INSTALLED) == [
+        "vllm.v1.structured_output:StructuredOutputManager.accept_tokens",
+        "vllm.v1.structured_output:StructuredOutputManager.grammar_bitmask",
+    ]
+
+
+def test_the_dflash_drafter_gets_its_fixes(plugin, tmp_path):
+    from dspark_serve import hooks
+
+    plugin(EngineConfig("dflash", str(tmp_path)))
+    assert hooks.INSTALLED["vllm.v1.spec_decode.dflash:DFlashProposer.propose"] == ["DFlashFixHooks.propose"]
+    assert hooks.INSTALLED["vllm.v1.worker.gpu_model_runner:GPUModelRunner.propose_draft_token_ids"] == [
+        "DFlashFixHooks.propose_draft_token_ids"
+    ]
+    # vLLM CPU's kernels only: this is a CPU build
+    assert hooks.INSTALLED["vllm.model_executor.models.qwen3_dflash:DFlashQwen3Model._normalize_context_k"]
+
+
+def test_register_reads_the_launchers_config_and_refuses_another_vllm(plugin, monkeypatch, tmp_path):
+    from dspark_serve import VersionError, hooks
+
+    monkeypatch.setenv(*next(iter(EngineConfig("ngram", str(tmp_path), draft_handoff=False).to_env().items())))
     engine_plugin.register()
-    assert installed == []
-    monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True, "drafter": "off"}))
-    engine_plugin.register()
-    assert installed == ["grammar"]  # speculation off: nothing to gate
-    monkeypatch.setenv(STATUS_ENV, json.dumps({"enabled": True, "drafter": "ngram"}))
-    engine_plugin.register()
-    # repeat and grammar drafts: on by default
-    # the handoff first: the gate's and engine drafts' post_step hooks wrap it
-    assert installed == ["grammar", "sampler", "handoff", "gate", "repeat+grammar-drafts", "grammar"] and not list(tmp_path.iterdir())  # files appear with the first count
-    monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "0")
-    engine_plugin.register()
-    assert installed[6:] == ["sampler", "handoff", "gate", "repeat", "grammar"]
-    monkeypatch.setenv(REPEAT_DRAFTS_ENV, "0")
-    monkeypatch.setenv(GRAMMAR_DRAFTS_ENV, "0")
-    monkeypatch.setenv(HANDOFF_ENV, "0")
-    engine_plugin.register()
-    assert installed[11:] == ["sampler", "gate", "no-engine-drafts", "grammar"]
+    assert hooks.INSTALLED[POST_STEP] == ["EngineDraftHooks.post_step", "GateHooks.post_step"]
+    engine_plugin.uninstall()
+    monkeypatch.setattr(engine_plugin, "installed_vllm", lambda: "0.33.0")
+    with pytest.raises(VersionError, match="0.33.0 is not supported"):
+        engine_plugin.register()
+    assert not hooks.INSTALLED
+
+
+def test_every_hooked_method_is_a_targets_and_every_target_is_hooked():
+    from dspark_serve.engine_plugin import FEATURES, TARGETS
+
+    replaced = {point for module in TARGETS for point in module.REPLACES}
+    hooked = {point for module in FEATURES for point in getattr(module, "HOOKED", ())}
+    assert hooked == replaced
 
 
 def test_agrees_with_xgrammar_on_a_real_grammar():
@@ -184,7 +239,7 @@ def test_deferred_context_lands_in_the_slots_vllms_dflash_kernel_computes():
     torch = pytest.importorskip("torch")
     from vllm.utils import cpu_triton_utils
 
-    from dspark_bench.engine_patch.dflash_fixes import context_slots
+    from dspark_serve.dflash_fixes import context_slots
 
     block_size, block_table = 4, torch.tensor([[7, 3, 9, 0], [2, 5, 0, 0]], dtype=torch.int32)
     query_start_loc = torch.tensor([0, 3, 4], dtype=torch.int32)  # request 0: 3 context tokens, request 1: 1
@@ -203,7 +258,7 @@ def test_step_slots_reuse_vllms_slot_mapping_only_where_it_equals_dflashs_formul
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
-    from dspark_bench.engine_patch.dflash_fixes import StepSlots, context_slots
+    from dspark_serve.dflash_fixes import StepSlots, context_slots
 
     block_size, block_table = 4, torch.tensor([[7, 3, 9, 0], [2, 5, 0, 0]], dtype=torch.int32)
     query_start_loc, positions = torch.tensor([0, 3, 4], dtype=torch.int32), torch.tensor([5, 6, 7, 4])
@@ -225,7 +280,7 @@ def test_step_slots_reuse_vllms_slot_mapping_only_where_it_equals_dflashs_formul
 
 def test_the_backlog_is_stored_in_one_call_and_the_latest_write_to_a_slot_wins():
     torch = pytest.importorskip("torch")
-    from dspark_bench.engine_patch.dflash_fixes import ContextBacklog, last_writes
+    from dspark_serve.dflash_fixes import ContextBacklog, last_writes
 
     assert last_writes(torch.tensor([5, 2, 5, 7])).tolist() == [False, True, True, True]
     calls = []
@@ -249,7 +304,7 @@ def test_the_backlog_is_stored_in_one_call_and_the_latest_write_to_a_slot_wins()
 
 def test_only_the_wanted_requests_tokens_are_kept_for_the_drafter():
     torch = pytest.importorskip("torch")
-    from dspark_bench.engine_patch.dflash_fixes import request_tokens
+    from dspark_serve.dflash_fixes import request_tokens
 
     query_start_loc = torch.tensor([0, 3, 4, 6])  # three requests: 3, 1 and 2 tokens this step
     assert request_tokens(query_start_loc, ["a", "b", "c"], {"a", "c"}).tolist() == [True] * 3 + [False] + [True] * 2
@@ -259,7 +314,7 @@ def test_only_the_wanted_requests_tokens_are_kept_for_the_drafter():
 def test_a_step_without_drafts_is_prepared_on_vllms_plain_path_only_where_that_is_the_same():
     from types import SimpleNamespace
 
-    from dspark_bench.engine_patch.no_draft_step import plain_path
+    from dspark_serve.no_draft_step import plain_path
 
     def runner(speculative=True, hybrid=False, attention_free=False):
         model_config = SimpleNamespace(is_hybrid=hybrid, is_attention_free=attention_free)
@@ -278,8 +333,8 @@ def test_a_step_without_drafts_is_prepared_on_vllms_plain_path_only_where_that_i
 def test_a_step_after_which_the_drafter_has_nothing_to_do_runs_as_stock_vllms():
     from types import SimpleNamespace
 
-    from dspark_bench.engine_patch.no_draft_step import drafter_idle
-    from dspark_bench.engine_patch.state import CONTEXT_IDS
+    from dspark_serve.no_draft_step import drafter_idle
+    from dspark_serve.state import CONTEXT_IDS
 
     class OnePass:  # stands for vLLM's DFlashProposer
         pass

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from dspark_bench.engine_patch.drafter import draft_length
-from dspark_bench.engine_patch.replay import CONTEXT, ReplayDrafter
+from dspark_serve.drafter import draft_length
+from dspark_serve.replay import CONTEXT, ReplayDrafter
 
 
 def _drafter(k: int = 6) -> ReplayDrafter:

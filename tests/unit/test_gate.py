@@ -4,7 +4,15 @@ import pytest
 
 from dspark_bench.loadtests.machine import MachineFacts
 from dspark_bench.loadtests.results import RunResults
-from dspark_bench.reports.gate import GateError, Thresholds, evaluate, format_checks, load_thresholds, only_measurement_failed
+from dspark_bench.reports.gate import (
+    GateError,
+    Thresholds,
+    evaluate,
+    format_checks,
+    load_checks,
+    load_thresholds,
+    only_measurement_failed,
+)
 from tests.made_results import made_run
 
 _typed = RunResults.from_dict
@@ -155,7 +163,10 @@ def test_gate_command_on_the_committed_reference_run(tmp_path, capsys):
     strict = tmp_path / "strict.yaml"
     strict.write_text("min_speedup: {dspark: {1: 10.0}}\n")
     assert main(["gate", "--run", str(run), "--thresholds", str(strict)]) == 1
-    assert "FAIL" in capsys.readouterr().out and (run / "gate.json").exists()
+    assert "FAIL" in capsys.readouterr().out
+    saved = load_checks(run)  # gate.json, read back as the checks it printed
+    failed = [check for check in saved if not check.passed]
+    assert failed and failed[0].check.startswith("speed-up") and failed[0].limit == pytest.approx(10.0 * 0.9, rel=0.2)
     assert main(["gate", "--run", str(run), "--thresholds", str(tmp_path / "none.yaml")]) == 2
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dspark_bench.engine_patch.grammar_drafts import GrammarDrafter, Spellings, forced_tokens, jump_forward_string
+from dspark_serve.grammar_drafts import GrammarDrafter, Spellings, forced_tokens, jump_forward_string
 
 # The embedded model, found from this file: the engine patch's tests import nothing from the harness.
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-json"

@@ -1,5 +1,5 @@
-"""The package's shape: one installed import name, dependencies that point one way, an engine patch that
-stands alone, and a console script that works."""
+"""The packages' shape: the harness is one installed import name whose dependencies point one way; the
+engine patch is a distribution of its own that imports none of it; the console scripts work."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "dspark_bench"
 # Each part may import only the parts after it in this list (and itself).
-LAYERS = ["cli", "reports", "store", "loadtests", "scenarios", "engine_patch"]
-SHARED = {"dspark_bench.files"}  # the one YAML loader, beneath every part but the engine patch
+ENGINE = ROOT / "engine"  # the dspark-serve distribution
+LAYERS = ["cli", "reports", "store", "loadtests", "scenarios"]
+SHARED = {"dspark_bench.files"}  # the one YAML loader, beneath every part
 
 
 def _module_name(path: Path) -> str:
@@ -32,16 +33,16 @@ def _runtime_nodes(tree: ast.AST):
         yield from _runtime_nodes(node)
 
 
-def _imports(path: Path, type_only_too: bool = False) -> set[str]:
-    """Every dspark_bench module a file imports at run time, wherever the import statement sits (and, with
-    ``type_only_too``, under ``if TYPE_CHECKING:`` as well)."""
+def _imports(path: Path, type_only_too: bool = False, of: str = "dspark_bench") -> set[str]:
+    """Every module of package ``of`` a file imports at run time, wherever the import statement sits (and,
+    with ``type_only_too``, under ``if TYPE_CHECKING:`` as well)."""
     found = set()
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree) if type_only_too else _runtime_nodes(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dspark_bench"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == of:
             found.add(node.module)
         elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("dspark_bench")}
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == of}
     return found
 
 
@@ -68,10 +69,15 @@ def test_parts_depend_one_way():
 
 
 def test_engine_patch_and_its_tests_import_nothing_of_the_harness():
-    sources = [*(PACKAGE / "engine_patch").rglob("*.py"), *(ROOT / "tests" / "unit").glob("test_engine_patch_*.py")]
-    leaks = {
-        f"{p.relative_to(ROOT)} -> {m}" for p in sources for m in _imports(p) if not m.startswith("dspark_bench.engine_patch")
-    }
+    sources = [*(ENGINE / "dspark_serve").rglob("*.py"), *(ROOT / "tests" / "unit").glob("test_engine_patch_*.py")]
+    assert len(sources) > 20
+    leaks = {f"{p.relative_to(ROOT)} -> {m}" for p in sources for m in _imports(p, type_only_too=True)}
+    assert not leaks
+
+
+def test_the_harness_imports_nothing_of_the_engine_patch():
+    """It starts dspark-serve as a process for local DSpark arms, and needs it for nothing else."""
+    leaks = {f"{p.relative_to(ROOT)} -> {m}" for p in PACKAGE.rglob("*.py") for m in _imports(p, True, of="dspark_serve")}
     assert not leaks
 
 
@@ -121,21 +127,43 @@ def test_the_record_flows_one_way():
         assert not graph[f"dspark_bench.loadtests.{name}"] & later, name
 
 
-def test_wheel_installs_one_import_name_and_both_commands(tmp_path):
+def _wheel(source: Path, name: str, into: Path) -> tuple[list[str], str, str]:
+    """(file names, entry_points.txt, METADATA) of ``source``'s wheel."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(into), str(source)],
         check=True,
         capture_output=True,
         timeout=300,
     )
-    wheel = next(tmp_path.glob("dspark_bench-*.whl"))
-    names = zipfile.ZipFile(wheel).namelist()
-    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert top == {"dspark_bench"}
+    wheel = zipfile.ZipFile(next(into.glob(f"{name}-*.whl")))
+    names = wheel.namelist()
+    entry_points = wheel.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    return names, entry_points, wheel.read(next(n for n in names if n.endswith("METADATA"))).decode()
+
+
+def _top(names: list[str]) -> set[str]:
+    return {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+
+
+def test_the_harness_wheel_installs_one_import_name_and_no_vllm_plugin(tmp_path):
+    names, entry_points, _ = _wheel(ROOT, "dspark_bench", tmp_path)
+    assert _top(names) == {"dspark_bench"}
     assert "dspark_bench/loadtests/locustfile.py" in names and "dspark_bench/scenarios/defs/order_extraction.yaml" in names
-    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "dspark-bench = dspark_bench.cli:main" in text and "dspark-serve = dspark_bench.engine_patch.serve:main" in text
+    assert "dspark-bench = dspark_bench.cli:main" in entry_points
+    assert "vllm.general_plugins" not in entry_points and "dspark-serve" not in entry_points
+
+
+def test_the_engine_patch_wheel_stands_alone(tmp_path):
+    """dspark-serve: its one import name, its command and vLLM plugin, its recorded fingerprints, and none of
+    the harness's dependencies."""
+    names, entry_points, metadata = _wheel(ENGINE, "dspark_serve", tmp_path)
+    assert _top(names) == {"dspark_serve"}
+    assert "dspark_serve/vllm_fingerprints.json" in names and "dspark_serve/targets/scheduler.py" in names
+    assert "dspark-serve = dspark_serve.serve:main" in entry_points
+    assert "dspark = dspark_serve.engine_plugin:register" in entry_points
+    required = [line.split(":", 1)[1].strip().lower() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    harness_only = ("locust", "pandas", "sqlalchemy", "matplotlib", "jsonschema", "psycopg", "geventhttpclient")
+    assert required and not [r for r in required if r.startswith(harness_only)], required
 
 
 @pytest.mark.parametrize("command", [["bench", "--help"], ["--help"], ["gate", "--help"]])

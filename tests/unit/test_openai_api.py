@@ -1,6 +1,6 @@
 import itertools
 
-from dspark_bench.loadtests.openai_api import chat_body, consume_sse
+from dspark_bench.loadtests.openai_api import RequestSettings, consume_sse, error_message
 from dspark_bench.scenarios import Mode, load_scenario
 
 
@@ -27,9 +27,22 @@ def test_stream_error_and_cut_stream():
     assert "finish_reason" in consume_sse(['data: {"choices":[{"delta":{"content":"x"}}]}'], lambda: 0.0).error
 
 
-def test_chat_body_never_ignores_eos_and_asks_for_usage():
+def test_the_body_never_ignores_eos_and_asks_for_usage():
     sample = load_scenario("order_extraction").sample(1_000_000)
-    body = chat_body(sample, Mode.PROMPT, "m", 512, 0.0)
-    assert "response_format" not in body and "ignore_eos" not in body
+    body = RequestSettings("m", Mode.PROMPT).body(sample)
+    assert "response_format" not in body and "ignore_eos" not in body and "top_p" not in body
     assert body["stream_options"] == {"include_usage": True}
-    assert chat_body(sample, Mode.JSON_OBJECT, "m", 512, 0.0)["response_format"] == {"type": "json_object"}
+    assert RequestSettings("m", Mode.JSON_OBJECT).body(sample)["response_format"] == {"type": "json_object"}
+    assert "stream" not in RequestSettings("m", Mode.JSON_OBJECT).body(sample, stream=False)
+
+
+def test_a_lines_own_max_tokens_wins():
+    from dataclasses import replace
+
+    sample = replace(load_scenario("order_extraction").sample(1), max_tokens=40)
+    assert RequestSettings("m", Mode.JSON_OBJECT, max_tokens=512).body(sample)["max_tokens"] == 40
+
+
+def test_error_message_reads_the_openai_error_object():
+    assert error_message(400, '{"error": {"message": "max_tokens is  too large"}}') == "HTTP 400: max_tokens is too large"
+    assert error_message(502, "<html>bad gateway</html>") == "HTTP 502: <html>bad gateway</html>"

@@ -1,9 +1,9 @@
 """Repeat drafts: what followed the request's latest tokens the last time they appeared, judged by their own
 acceptance, and which source's drafts a step verifies."""
 
-from dspark_bench.engine_patch.engine_drafts import LEARNED, chosen, expected_landed
-from dspark_bench.engine_patch.repeat_drafts import RepeatDrafter, SuffixIndex, continuation
-from dspark_bench.engine_patch.state import COUNTERS, EngineCounters
+from dspark_serve.engine_drafts import LEARNED, chosen, expected_landed
+from dspark_serve.repeat_drafts import RepeatDrafter, SuffixIndex, continuation
+from dspark_serve.state import COUNTERS, EngineCounters
 
 
 def test_what_followed_the_latest_occurrence_of_the_suffix_is_drafted():

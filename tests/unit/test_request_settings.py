@@ -25,12 +25,12 @@ def _locustfile_options(command: list[str]) -> argparse.Namespace:
 
 def test_ui_hands_locust_every_request_setting_the_config_gives():
     config = load_config(None, arms="baseline-constrained", mode="json_schema", max_tokens=77, temperature=0.3,
-                         request_timeout_s=9.0)  # fmt: skip
+                         top_p=0.5, request_timeout_s=9.0)  # fmt: skip
     command = locust_command(config, "baseline-constrained", "http://127.0.0.1:1", "served", Path("runs/x"), 8089)
     options = _locustfile_options(command)
     read_back = settings_from_locust_options(options, options.served_model, Mode(options.mode), {})
     assert read_back == config.request_settings("baseline-constrained", "served", {})
-    assert read_back.temperature == 0.3 and read_back.request_timeout_s == 9.0 and read_back.max_tokens == 77
+    assert read_back.temperature == 0.3 and read_back.top_p == 0.5 and read_back.request_timeout_s == 9.0 and read_back.max_tokens == 77
 
 
 def test_every_request_setting_a_config_decides_is_a_run_setting_with_a_locust_flag():
@@ -43,5 +43,42 @@ def test_every_request_setting_a_config_decides_is_a_run_setting_with_a_locust_f
 
 
 def test_request_settings_survive_a_worker_message():
-    settings = RequestSettings("m", Mode.JSON_SCHEMA, 33, 0.7, 5.0, {"Authorization": "Bearer k"})
+    settings = RequestSettings("m", Mode.JSON_SCHEMA, max_tokens=33, temperature=0.7, top_p=0.9, request_timeout_s=5.0,
+                               headers={"Authorization": "Bearer k"})
     assert RequestSettings.from_message(settings.as_message()) == settings
+
+
+def test_a_new_request_setting_reaches_the_wire_from_every_sender(tmp_path):
+    """top_p is a RequestSettings field marked WIRE and a RunConfig setting, two edits: the config's value is
+    in the body of the sweep's smoke request and of every request the Locust users send, as recorded by the
+    server; left unset, it is not sent at all (the server's default)."""
+    import json
+
+    from dspark_bench.loadtests.deploy.base import Endpoint
+    from dspark_bench.loadtests.plan import LevelPlan
+    from dspark_bench.loadtests.records import RunFolderSink
+    from dspark_bench.loadtests.sweep import run_level, smoke_test
+    from dspark_bench.scenarios import Split, load_scenario
+    from tests.conftest import start_fake_stream_server
+
+    def sent(top_p: float | None) -> list[dict]:
+        recorded = tmp_path / f"bodies-{top_p}.jsonl"
+        url, server = start_fake_stream_server("--tokens", "7", "--token-ms", "1", "--record", str(recorded))
+        try:
+            config = load_config(None, arms="baseline-constrained", scenarios="order_extraction", top_p=top_p, max_tokens=64)
+            endpoint = Endpoint("baseline-constrained", url, "fake")
+            smoke_test(endpoint, config, "baseline-constrained")
+            samples = list(load_scenario("order_extraction").samples(Split.EVAL, 6))
+            request = config.request_settings("baseline-constrained", "fake", {})
+            plan = LevelPlan("baseline-constrained", 2, request, samples, RunFolderSink(tmp_path / str(top_p)), 4, warmup=0)
+            run_level(endpoint, plan, timeout_s=60, progress_every_s=60)
+        finally:
+            server.kill()
+            server.wait()
+        return [json.loads(line) for line in recorded.read_text().splitlines()]
+
+    bodies = sent(0.9)
+    assert len(bodies) >= 5  # the smoke request and the level's four (tails may add more)
+    assert all(body["top_p"] == 0.9 and body["max_tokens"] == 64 and body["temperature"] == 0.0 for body in bodies)
+    assert len({tuple(sorted(body)) for body in bodies}) == 1  # the smoke request is built as the users' are
+    assert not any("top_p" in body for body in sent(None))

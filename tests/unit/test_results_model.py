@@ -124,7 +124,7 @@ def test_machine_facts_round_trip_and_old_runs_lack_flags():
 def test_ratios_pair_only_the_repeats_in_which_both_levels_were_measurements():
     import pandas as pd
 
-    from dspark_bench.reports.tables import ratios_to
+    from dspark_bench.reports.compare import ratios as ratios_to
 
     rows = [("stock", 0, 100.0, True), ("stock", 1, 100.0, True), ("stock", 2, 40.0, False),  # paused
             ("dspark", 0, 300.0, True), ("dspark", 1, 300.0, True), ("dspark", 2, 300.0, True)]  # fmt: skip

@@ -101,6 +101,21 @@ def test_ui_names_the_settings_it_ignores():
 UI_SETTINGS = [name for name, spec in SETTINGS.items() if spec.ui]
 
 
+def _request_settings_read_back(command: list[str]) -> dict[str, object]:
+    """Every RequestSettings field a config decides, as the locustfile parses ``command``'s flags."""
+    import argparse
+
+    from dspark_bench.loadtests import locustfile
+    from dspark_bench.loadtests.openai_api import CONFIG_FIELDS, settings_from_locust_options
+    from dspark_bench.scenarios import Mode
+
+    parser = argparse.ArgumentParser()
+    locustfile._add_arguments(parser)
+    options, _locusts_own = parser.parse_known_args(command[command.index("-f") + 2 :])
+    read = settings_from_locust_options(options, "served", Mode(options.mode), {})
+    return {name: getattr(read, name) for name in CONFIG_FIELDS}
+
+
 def _ui_observations(config: RunConfig, tmp_path: Path) -> dict[str, object]:
     """What a ``ui`` session does with ``config``: each ui setting's value, read back from where it acts."""
     from dspark_bench.loadtests.deploy.servers import make_deployer, server_specs
@@ -118,9 +133,7 @@ def _ui_observations(config: RunConfig, tmp_path: Path) -> dict[str, object]:
         "rates": float(options["--rate"]),
         "arrival": options["--arrival"],
         "workers": int(options.get("--processes", 0)),
-        "max_tokens": int(options["--max-tokens"]),
-        "temperature": float(options["--temperature"]),
-        "request_timeout_s": float(options["--request-timeout"]),
+        **_request_settings_read_back(command),
         "model": spec.model_path,
         "served_model_name": spec.served_name,
         "dtype": spec.common_args[1] if spec.common_args[:1] == ["--dtype"] else None,
@@ -148,6 +161,7 @@ def test_ui_honours_every_setting_the_config_gives(tmp_path, monkeypatch):
         workers: 2
         max_tokens: 77
         temperature: 0.3
+        top_p: 0.8
         request_timeout_s: 9
         startup_timeout_s: 11
         served_model_name: other-name
@@ -167,7 +181,7 @@ def test_ui_honours_every_setting_the_config_gives(tmp_path, monkeypatch):
     local = _ui_observations(load_config(path), tmp_path)
     assert local["scenarios"] == "tool_call" and local["mode"] == "json_schema"
     assert local["rates"] == 3.5 and local["arrival"] == "constant" and local["workers"] == 2
-    assert (local["max_tokens"], local["temperature"], local["request_timeout_s"]) == (77, 0.3, 9.0)
+    assert (local["max_tokens"], local["temperature"], local["top_p"], local["request_timeout_s"]) == (77, 0.3, 0.8, 9.0)
     assert local["model"] == str(config_module.DEFAULT_MODEL) and local["served_model_name"] == "other-name"
     assert local["server_args"] == ["--seed", "7"] and local["custom_arms"] == ["--enforce-eager"]
     assert local["dtype"] == "float16"

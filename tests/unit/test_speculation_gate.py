@@ -5,9 +5,9 @@ from unittest.mock import patch
 
 import pytest
 
-from dspark_bench.engine_patch.acceptance import Acceptance, draft_budget, landed, pass_pays
-from dspark_bench.engine_patch.speculation_gate import YOUNG_PROBE, SpeculationGate
-from dspark_bench.engine_patch.state import EngineCounters, read_counters
+from dspark_serve.acceptance import Acceptance, draft_budget, landed, pass_pays
+from dspark_serve.speculation_gate import YOUNG_PROBE, SpeculationGate
+from dspark_serve.state import EngineCounters, read_counters
 
 
 def test_draft_budget_drafts_only_where_it_pays():
@@ -60,7 +60,7 @@ def _verify(gate, requests, drafts_by_id, accepted_by_id):
 
 def test_a_request_whose_drafts_miss_stops_drafting_and_the_drafter_stops(make_request, tmp_path):
     counters = EngineCounters(tmp_path / "engine-1.counters")
-    gate = SpeculationGate(counters)
+    gate = SpeculationGate(counters, governor=None)
     requests = {"odd": make_request("odd", [1, 2, 3])}
     assert gate.plan_step(["odd"], 12) == (12, ["odd"])  # new, and the server's drafts have landed so far: drafts
     for _ in range(4):  # none of its drafts land, step after step
@@ -77,7 +77,7 @@ def test_a_request_whose_drafts_miss_stops_drafting_and_the_drafter_stops(make_r
 
 
 def test_where_vllm_drafts_nothing_at_the_batch_size_no_context_is_kept(tmp_path):
-    gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"))
+    gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"), governor=None)
     running = [f"new-{i}" for i in range(64)]
     assert gate.plan_step(running, 0) == (0, []) and not gate.drafting  # no draft can follow: keep no context
     assert gate.plan_step(running[:8], 12) == (12, running[:8])  # the batch shrank: new requests draft again
@@ -94,7 +94,7 @@ def test_a_drafter_pass_for_one_request_of_eight_is_weighed_against_the_eights_s
 
 
 def test_the_gate_runs_no_pass_for_a_few_requests_of_a_batch_whose_others_are_dormant(make_request):
-    gate = SpeculationGate()
+    gate = SpeculationGate(governor=None)
     running = [f"r{i}" for i in range(8)]
     requests = {r: make_request(r, [1, 2, 3]) for r in running}
     for _ in range(6):  # seven requests' drafts miss, one request's land about 70% of the time
@@ -114,12 +114,12 @@ def test_the_gate_runs_no_pass_for_a_few_requests_of_a_batch_whose_others_are_do
 
 
 def test_drafts_the_grammar_refuses_are_misses(make_request):
-    gate = SpeculationGate()
+    gate = SpeculationGate(governor=None)
     assert gate.budget("unseen", 12) > 0  # a new request on a server whose drafts have landed
     for _ in range(6):
         gate.validated("unseen", 12, 0)  # its grammar refuses the first draft each time: nothing gets verified
     assert gate.budget("unseen", 12) == 0 and gate.dormant("unseen", 12)  # judged all the same: the drafter stops
-    refused, clean = SpeculationGate(), SpeculationGate()
+    refused, clean = SpeculationGate(governor=None), SpeculationGate(governor=None)
     for gate, kept in ((refused, 3), (clean, 12)):
         requests = {"r": make_request("r", [1, 2, 3])}
         gate.cut(["r"], [list(range(12))], requests)
@@ -129,7 +129,7 @@ def test_drafts_the_grammar_refuses_are_misses(make_request):
 
 
 def test_a_new_request_is_judged_by_a_shadow_when_the_server_drafts_nothing(make_request, tmp_path):
-    gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"))
+    gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"), governor=None)
     requests = {"old": make_request("old", [1, 2, 3]), "new": make_request("new", [4, 5])}
     for _ in range(30):  # the server's drafts have stopped landing: a new request starts without drafts
         _verify(gate, requests, {"old": list(range(12))}, {"old": 0})
@@ -149,9 +149,9 @@ def test_a_new_request_is_judged_by_a_shadow_when_the_server_drafts_nothing(make
 
 
 def test_where_drafts_miss_probes_grow_apart_and_only_the_probed_requests_context_is_kept(make_request):
-    from dspark_bench.engine_patch.speculation_gate import LONGEST_PROBE_GAP
+    from dspark_serve.speculation_gate import LONGEST_PROBE_GAP
 
-    gate = SpeculationGate()
+    gate = SpeculationGate(governor=None)
     requests = {"old": make_request("old", [1, 2, 3])}
     for _ in range(30):  # the server's drafts miss
         _verify(gate, requests, {"old": list(range(12))}, {"old": 0})
@@ -168,7 +168,7 @@ def test_where_drafts_miss_probes_grow_apart_and_only_the_probed_requests_contex
 
 
 def test_a_shadow_that_would_have_landed_earns_drafts_back(make_request):
-    gate = SpeculationGate()
+    gate = SpeculationGate(governor=None)
     requests = {"odd": make_request("odd", [1, 2, 3]), "json": make_request("json", [4, 5])}
     for _ in range(4):
         _verify(gate, requests, {"odd": list(range(12)), "json": list(range(12))}, {"odd": 0, "json": 12})
@@ -186,7 +186,7 @@ def test_a_shadow_that_would_have_landed_earns_drafts_back(make_request):
 
 
 def test_a_shadow_resolves_at_the_first_miss_and_finished_requests_are_forgotten(make_request):
-    gate = SpeculationGate()
+    gate = SpeculationGate(governor=None)
     requests = {"odd": make_request("odd", [1, 2, 3])}
     for _ in range(4):
         _verify(gate, requests, {"odd": list(range(12))}, {"odd": 0})
@@ -200,7 +200,7 @@ def test_a_shadow_resolves_at_the_first_miss_and_finished_requests_are_forgotten
 
 
 def _machine(fixed_ms: float, per_position_ms: float, drafter_ms: float):
-    from dspark_bench.engine_patch.acceptance import StepCosts
+    from dspark_serve.acceptance import StepCosts
 
     costs = StepCosts()
     for step in range(200):  # 1-user decode steps, verification steps of 13 positions, a prefill now and then
@@ -223,11 +223,11 @@ def test_step_costs_are_measured_and_decide_where_drafting_pays():
 
 
 def test_the_batch_to_which_drafting_pays_follows_the_measured_costs_and_is_said(tmp_path):
-    from dspark_bench.engine_patch.speculation_gate import SAY_EVERY
+    from dspark_serve.speculation_gate import SAY_EVERY
 
-    cheap, dear = SpeculationGate(costs=_machine(7.0, 0.1, 4.0)), SpeculationGate(costs=_machine(5.0, 12.0, 30.0))
+    cheap, dear = SpeculationGate(costs=_machine(7.0, 0.1, 4.0), governor=None), SpeculationGate(costs=_machine(5.0, 12.0, 30.0), governor=None)
     assert cheap.drafts_pay_to_batch() > 200 and dear.drafts_pay_to_batch() == 0  # AMX-like: most; AVX2-like: none
-    middling = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"), costs=_machine(7.0, 0.3, 4.0))
+    middling = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"), costs=_machine(7.0, 0.3, 4.0), governor=None)
     assert 1 < (paying := middling.drafts_pay_to_batch()) < 256
     for _ in range(SAY_EVERY):
         middling.step_started(8)
@@ -239,14 +239,14 @@ def test_the_batch_to_which_drafting_pays_follows_the_measured_costs_and_is_said
 def test_the_batch_to_which_drafting_pays_is_the_largest_that_pays_of_all_256():
     for fixed, per_position, drafter in ((7.0, 0.1, 4.0), (5.0, 12.0, 30.0), (7.0, 0.3, 4.0), (2.0, 0.05, 9.0), (4.0, 1.0, 0.5)):
         for accepted, rejected in ((4.0, 0.5), (1.0, 1.0), (0.3, 3.0), (9.0, 0.1)):
-            gate = SpeculationGate(costs=_machine(fixed, per_position, drafter))
+            gate = SpeculationGate(costs=_machine(fixed, per_position, drafter), governor=None)
             gate.population = Acceptance(accepted, rejected)
             paying = [b for b in range(1, 257) if draft_budget(gate.population.rate, 12, *gate.costs.relative(b)) > 0]
             assert gate.drafts_pay_to_batch() == max(paying, default=0), (fixed, per_position, drafter, accepted)
 
 
 def test_before_enough_steps_the_costs_are_the_fallback_constants():
-    from dspark_bench.engine_patch.acceptance import DRAFT_COST, VERIFY_COST, StepCosts
+    from dspark_serve.acceptance import DRAFT_COST, VERIFY_COST, StepCosts
 
     costs = StepCosts()
     costs.record(1, False, 0.01)
@@ -254,9 +254,9 @@ def test_before_enough_steps_the_costs_are_the_fallback_constants():
 
 
 def test_engine_core_drafts_are_not_booked_as_the_learned_drafters(make_request):
-    from dspark_bench.engine_patch.state import ENGINE_DRAFTED
+    from dspark_serve.state import ENGINE_DRAFTED
 
-    gate = SpeculationGate()
+    gate = SpeculationGate(governor=None)
     requests = {"g": make_request("g", [1, 2, 3]), "d": make_request("d", [1, 2, 3])}
     setattr(requests["g"], ENGINE_DRAFTED, "grammar")  # its drafts this step came from its grammar
     setattr(requests["d"], ENGINE_DRAFTED, None)  # the learned drafter's
@@ -267,7 +267,7 @@ def test_engine_core_drafts_are_not_booked_as_the_learned_drafters(make_request)
 def test_steps_scheduled_asynchronously_are_counted(tmp_path):
     """Steps vLLM's asynchronous scheduler made (whose placeholders the gate cuts, not drafts) are counted, so
     the status can say which path the cap acted on."""
-    gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"))
+    gate = SpeculationGate(EngineCounters(tmp_path / "engine-1.counters"), governor=None)
     gate.step_started(13)
     gate.step_started(13, asynchronous=True)
     gate.step_started(26, asynchronous=True)
@@ -277,14 +277,14 @@ def test_steps_scheduled_asynchronously_are_counted(tmp_path):
 def test_steps_in_flight_together_are_each_timed_from_the_end_of_the_one_before():
     """vLLM's asynchronous scheduling schedules a step while the one before runs: each step's time is taken
     from the previous step's end (the pipeline's interval), not from its own scheduling, and none is lost."""
-    from dspark_bench.engine_patch.acceptance import StepCosts
+    from dspark_serve.acceptance import StepCosts
 
     recorded: list[tuple[int, float]] = []
     costs = StepCosts()
     costs.record = lambda positions, drafted, seconds: recorded.append((positions, seconds))  # type: ignore[method-assign]
-    gate = SpeculationGate(costs=costs)
+    gate = SpeculationGate(costs=costs, governor=None)
     clock = iter([0.0, 1.0, 3.0, 4.0, 5.0, 7.0, 10.0, 12.0])
-    with patch("dspark_bench.engine_patch.speculation_gate.time.perf_counter", lambda: next(clock)):
+    with patch("dspark_serve.speculation_gate.time.perf_counter", lambda: next(clock)):
         gate.step_started(10)  # 0
         gate.step_started(20)  # 1: scheduled while the first runs
         gate.step_finished()  # 3: the first, 3 s from its scheduling

@@ -42,8 +42,9 @@ def test_committed_runs_import_once_and_history_groups_them_by_machine(store_url
     table = capsys.readouterr().out
     kinds = [line for line in table.splitlines() if line.startswith("machine: ")]
     assert len(kinds) >= 3 and any("amx" in k for k in kinds) and any("avx2" in k for k in kinds), kinds
+    assert any("NVIDIA H200" in k for k in kinds), kinds  # a GPU run is its own kind of machine
     assert "(incomplete)" in table  # benchmarks/dspark/peers stopped early and says so
-    assert main(["history", "--store", store_url, "--machine", "xeon", "--arm", "dspark", "--level", "1", "--last", "2"]) == 0
+    assert main(["history", "--store", store_url, "--machine", "xeon(r) processor · 2 cores", "--arm", "dspark", "--level", "1", "--last", "2"]) == 0
     filtered = capsys.readouterr().out
     assert filtered.count("machine: ") == 1 and "(2 runs)" in filtered and " dspark " in filtered
 

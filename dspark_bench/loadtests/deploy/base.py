@@ -43,6 +43,14 @@ class Endpoint:
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None
 
+    def answers(self, timeout_s: float = 2.0) -> bool:
+        """Whether anything answers HTTP at the server's address (its /health, any status) within ``timeout_s``."""
+        try:
+            httpx.get(f"{self.base_url}/health", headers=self.headers(), timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+        return True
+
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
@@ -78,6 +86,10 @@ class ServerSpec:
     arm_args: list[str] = field(default_factory=list)  # this arm's own (speculative config, DSpark flags...)
     env: dict[str, str] = field(default_factory=dict)
     cpus: frozenset[int] = frozenset()  # a local server's CPUs (RunConfig.server_cpus); empty: any
+    # It shares a GPU with the run's other servers: it starts once the one before it is ready, since vLLM
+    # sizes its KV cache from the GPU memory free while it profiles, which a neighbour allocating its own cache
+    # then takes (on an H200 three servers started together: "Available KV cache memory: -39.72 GiB").
+    shares_gpu: bool = False
 
     @property
     def args(self) -> list[str]:

@@ -67,6 +67,19 @@ def _placed(cpus: frozenset[int]) -> None:  # runs in the child between fork and
 
 
 
+def require_launcher(spec: ServerSpec) -> None:
+    """A ``python -m MODULE`` launcher whose module is not installed here (dspark-serve is a distribution of its
+    own) stops the run with the fix, before a server that cannot start is waited for."""
+    import importlib.util
+
+    launcher = list(spec.launcher)
+    if launcher[:2] == [sys.executable, "-m"] and len(launcher) > 2:  # this Python: what it can import is known here
+        module = launcher[2]
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            fix = "pip install ./engine (make install does)" if module.startswith("dspark_serve") else f"install {module}"
+            raise DeployError(f"arm '{spec.arm}': its server is python -m {module}, which is not installed here; fix: {fix}")
+
+
 class LocalDeployer:
     """Starts vLLM OpenAI servers as subprocesses; ``stop_all`` (also via atexit/signals) stops them."""
 
@@ -80,6 +93,7 @@ class LocalDeployer:
 
     def launch(self, spec: ServerSpec) -> Endpoint:
         """Start the server process without waiting for it to be ready."""
+        require_launcher(spec)
         port = free_port()
         argv = [
             *spec.launcher,
@@ -138,8 +152,13 @@ class LocalDeployer:
         return endpoint
 
     def start_many(self, specs: Sequence[ServerSpec]) -> list[Endpoint]:
-        """Launch all servers at once (start-up overlaps), then wait for each."""
-        endpoints = [self.launch(spec) for spec in specs]
+        """Launch the servers at once (start-up overlaps), then wait for each; servers that share a GPU one
+        after another (``ServerSpec.shares_gpu``)."""
+        endpoints = []
+        for spec in specs:
+            endpoints.append(self.launch(spec))
+            if spec.shares_gpu:
+                self.wait_ready(endpoints[-1])
         for endpoint in endpoints:
             self.wait_ready(endpoint)
         return endpoints

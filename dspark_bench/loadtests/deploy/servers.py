@@ -20,7 +20,7 @@ def vllm_launcher() -> list[str]:
 
 
 def dspark_launcher() -> list[str]:
-    return [sys.executable, "-m", "dspark_bench.engine_patch.serve"]
+    return [sys.executable, "-m", "dspark_serve.serve"]
 
 
 def launcher_argv(arm: Arm) -> list[str]:
@@ -38,9 +38,35 @@ def common_server_args(config: RunConfig, facts: MachineFacts | None = None) -> 
     return ([] if dtype == "auto" else ["--dtype", dtype]) + list(config.server_args)
 
 
+# The GPU memory every local server of a run takes together. The arms share one GPU, each with its share of
+# its memory, and all start once: a level runs one arm at a time, so the others sit idle beside it (their
+# processes count in the level's GPU check as this run's), while starting a server per level would cost the
+# run its torch.compile and CUDA-graph capture (about a minute each on an H200) at every level.
+GPU_MEMORY_TOGETHER = 0.9
+
+
+def gpu_memory_share(arms: list[str], config: RunConfig) -> float:
+    """Each local server's ``--gpu-memory-utilization`` when the run's distinct servers share one GPU. Pure."""
+    distinct = {(config.arm(name).launcher, tuple(config.arm(name).server_args)) for name in arms}
+    return round(GPU_MEMORY_TOGETHER / max(1, len(distinct)), 3)
+
+
+def gpu_server_env() -> dict[str, str]:
+    """What every local GPU arm gets alike: vLLM's FlashInfer sampler off where FlashInfer is not installed
+    (an offline bundle leaves it out, and vLLM would fail at the first request)."""
+    import importlib.util
+
+    return {} if importlib.util.find_spec("flashinfer") else {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+
+
 def server_specs(config: RunConfig, arms: list[str], facts: MachineFacts | None = None) -> list[ServerSpec]:
+    facts = facts or machine_facts()
     env = cpu_server_env()
     common = common_server_args(config, facts)
+    if facts.gpu:
+        env.update(gpu_server_env())
+        if not any(arg.split("=", 1)[0] == "--gpu-memory-utilization" for arg in common):
+            common += ["--gpu-memory-utilization", str(gpu_memory_share(arms, config))]
     cpus: frozenset[int] = frozenset()
     if config.server_cpus:  # vLLM CPU binds its OpenMP threads to these, not to cores of its own choosing outside them
         cpus = parse_cpu_list(config.server_cpus)
@@ -56,6 +82,7 @@ def server_specs(config: RunConfig, arms: list[str], facts: MachineFacts | None 
             list(config.arm(name).server_args),
             env,
             cpus,
+            shares_gpu=bool(facts.gpu) and len(arms) > 1,
         )
         for name in arms
     ]
@@ -72,7 +99,7 @@ def shared_servers(specs: list[ServerSpec]) -> tuple[list[ServerSpec], dict[str,
     owner: dict[str, str] = {}
     for spec in specs:
         key = (spec.model_path, spec.served_name, tuple(spec.launcher), tuple(spec.common_args), tuple(spec.arm_args),
-               tuple(sorted(spec.env.items())), spec.cpus)
+               tuple(sorted(spec.env.items())), spec.cpus, spec.shares_gpu)
         owner[spec.arm] = first.setdefault(key, spec.arm)
     return [spec for spec in specs if owner[spec.arm] == spec.arm], owner
 

@@ -72,7 +72,7 @@ def _install(out: str) -> None:
 
     # DSpark's own replacements, timed from outside once its plugin has put them on ("dspark:" keys): each minus
     # vLLM's part of the same name is what DSpark's hook costs.
-    from dspark_bench.engine_patch import engine_plugin
+    from dspark_serve import engine_plugin
 
     register = engine_plugin.register
 

@@ -1,0 +1,121 @@
+"""DSpark inside vLLM's engine processes, loaded through vLLM's ``vllm.general_plugins`` entry point.
+
+It does nothing unless ``dspark-serve`` started the server with DSpark on (``engine_config.ENGINE_ENV`` in the
+environment), so stock vLLM servers on the same installation are untouched. The features are plain classes;
+their hooks go on vLLM's methods through one module per vLLM class (``targets/``), each method one wrapper
+calling the hook list written below, outermost first (``hooks.chain``). ``TOUCHPOINTS`` is the one list a
+vLLM upgrade has to check: what the targets replace and what the features read. Each must exist
+(``tests/unit/test_engine_patch_plugin.py``), and each function or class must have the signature and source
+recorded in ``vllm_fingerprints.json`` (``fingerprints``, ``tests/unit/test_engine_patch_fingerprints.py``).
+
+- ``grammar_counter``: counts grammar-forced tokens (structured-output manager);
+- ``speculation_gate``: drafts only where they pay, per request (scheduler, engine core), and, by the
+  ``governor``'s measured tokens per second per batch size, only while speculating is faster than not;
+- ``engine_drafts``: drafts made in the engine core without a drafter pass, of the text each request
+  repeats (``repeat_drafts``) and of the text its grammar forces (``grammar_drafts``), both on by default;
+- ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
+- ``draft_handoff``: a step's drafts come back with its sampled tokens, not in a round trip of their own;
+- ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
+"""
+
+from __future__ import annotations
+
+from dspark_serve import (
+    dflash_fixes,
+    draft_handoff,
+    engine_drafts,
+    grammar_counter,
+    grammar_drafts,
+    installed_vllm,
+    no_draft_step,
+    repeat_drafts,
+    require_supported_vllm,
+    speculation_gate,
+)
+from dspark_serve.engine_config import EngineConfig
+from dspark_serve.governor import Governor
+from dspark_serve.hooks import present
+from dspark_serve.state import engine_counters
+from dspark_serve.targets import dflash, engine_core, model_runner, scheduler, structured_output
+
+TARGETS = (scheduler, engine_core, structured_output, model_runner, dflash)
+FEATURES = (grammar_counter, speculation_gate, engine_drafts, grammar_drafts, no_draft_step, dflash_fixes, draft_handoff)
+TOUCHPOINTS: dict[str, tuple[str, ...]] = {
+    **{module.__name__.rsplit(".", 1)[1]: tuple(module.REPLACES) for module in TARGETS},
+    **{module.__name__.rsplit(".", 1)[1]: tuple(getattr(module, "READS", ())) for module in FEATURES},
+}
+
+
+def register() -> None:
+    """vLLM calls this in each of its processes; only the engine process schedules and builds grammar
+    bitmasks, only the worker runs drafters, so each hook acts only where its code runs."""
+    config = EngineConfig.from_env()
+    if config is None:
+        return
+    # Every hook below is written against one vLLM release's code: on another the server must not start
+    # half-patched. The exception ends vLLM's process with the message (plugins are not guarded).
+    require_supported_vllm(installed_vllm())
+    install(config)
+
+
+def install(config: EngineConfig) -> None:
+    """Every hook list of ``config``'s features, outermost first, in one place."""
+    counters = engine_counters(config.state_dir)
+    counting = grammar_counter.CountingHooks(grammar_counter.GrammarForcedCounter(counters))
+    structured_output.install(grammar_bitmask=[counting.grammar_bitmask], accept_tokens=[counting.accept_tokens])
+    if not config.speculating:  # nothing to gate, hand off or draft
+        for target in (scheduler, engine_core, model_runner, dflash):
+            target.install()
+        return
+
+    fixes = dflash_fixes.DFlashFixHooks() if config.drafter == "dflash" else None
+    stock = no_draft_step.StockStepHooks(counters)
+    handoff = draft_handoff.HandoffHooks(draft_handoff.Handoff(counters)) if config.draft_handoff else None
+    gate = speculation_gate.SpeculationGate(counters, governor=Governor() if config.governor else None) if config.acceptance_cap else None
+    gated = speculation_gate.GateHooks(gate) if gate is not None else None
+    verify_cost = (lambda: gate.relative_costs[0]) if gate is not None else (lambda: 0.0)
+    repeat = repeat_drafts.RepeatDrafter(counters, verify_cost) if config.repeat_drafts else None
+    forced = grammar_drafts.GrammarDrafter(counters, verify_cost) if config.grammar_drafts else None
+    drafts = None
+    if repeat is not None or forced is not None:
+        drafts = engine_drafts.EngineDraftHooks(
+            repeat,
+            forced,
+            gate.rate if gate is not None else (lambda request_id: 1.0),
+            (lambda: gate.speculating) if gate is not None else (lambda: True),
+        )
+
+    def hook(feature: object | None, name: str):
+        return getattr(feature, name) if feature is not None else None
+
+    # Engine core: the engine drafts are made after the gate has seen the step, and the handoff, innermost,
+    # stands for vLLM's own fetch of the worker's drafts.
+    engine_core.install(post_step=present(hook(drafts, "post_step"), hook(gated, "post_step"), hook(handoff, "post_step")))
+    scheduler.install(
+        update_after_schedule=present(hook(gated, "update_after_schedule")),
+        async_update_after_schedule=present(hook(gated, "async_update_after_schedule")),
+        update_from_output=present(
+            hook(drafts, "update_from_output"), hook(gated, "update_from_output"), hook(handoff, "update_from_output")
+        ),
+        update_draft_token_ids=present(hook(gated, "update_draft_token_ids")),
+    )
+    # Worker: the handoff takes the drafts from what the step, run as stock vLLM's where nothing drafts, sampled.
+    model_runner.install(
+        sample=[stock.sample],
+        prepare_inputs=[stock.prepare_inputs],
+        execute_model=[stock.execute_model],
+        sample_tokens=present(hook(handoff, "sample_tokens"), stock.sample_tokens),
+        propose_draft_token_ids=present(hook(fixes, "propose_draft_token_ids")),
+    )
+    cpu_fixes = fixes if fixes is not None and fixes.cpu else None
+    dflash.install(
+        propose=present(hook(fixes, "propose")),
+        greedy_sample=present(hook(cpu_fixes, "greedy_sample")),
+        normalize_context_k=present(hook(cpu_fixes, "normalize_context_k")),
+    )
+
+
+def uninstall() -> None:
+    """vLLM's own methods back on every target (tests, and a process that turns DSpark off)."""
+    for target in TARGETS:
+        target.install()

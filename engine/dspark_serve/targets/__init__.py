@@ -1,0 +1,9 @@
+"""The vLLM classes the engine patch hooks, one module each: the methods it replaces (``REPLACES``) and
+``install``, which puts one wrapper on each method calling the hook lists it is given (``hooks.chain``).
+
+- ``scheduler``: ``Scheduler`` and ``AsyncScheduler`` (engine-core process);
+- ``engine_core``: ``EngineCore`` (engine-core process);
+- ``structured_output``: ``StructuredOutputManager`` (engine-core process);
+- ``model_runner``: ``GPUModelRunner``, the CPU's runner included (worker process);
+- ``dflash``: the DFlash drafter, ``DFlashProposer`` and ``DFlashQwen3Model`` (worker process).
+"""

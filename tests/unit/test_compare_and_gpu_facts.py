@@ -1,0 +1,116 @@
+"""The one Comparison, the cut-answers warning, answer agreement, and the GPU facts and noise checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pandas as pd
+import pytest
+
+from dspark_bench.loadtests import machine
+from dspark_bench.loadtests.metrics import TRUNCATED_WARN_SHARE, level_metrics, level_warnings
+from dspark_bench.reports.compare import answer_agreement, build_comparison, finished_speeds
+from dspark_bench.reports.tables import format_summary, summary_frame
+from tests.made_results import made_run
+
+
+def _levels(ratio: float, truncated: float) -> list[dict]:
+    levels = []
+    for repeat, wobble in enumerate((1.0, 1.1, 0.9)):
+        for arm, speed in (("baseline-constrained", 100.0 * wobble), ("dspark", 100.0 * wobble * ratio)):
+            metrics = {"requests": 8, "effective_tok_s": speed, "rate_truncated": truncated, "latency_p95_ms": 100.0}
+            levels.append({"arm": arm, "scenario": "s", "level": 8, "repeat": repeat, "metrics": metrics})
+    return levels
+
+
+def test_the_summary_and_the_comparison_print_one_ratio_and_an_interval_around_it():
+    results = made_run(_levels(2.0, 0.0))
+    comparison = build_comparison(results)
+    paired = comparison.throughput[("s", 8.0, "dspark")]
+    assert paired.ratio == pytest.approx(2.0)
+    assert paired.low <= paired.ratio <= paired.high
+    text = format_summary(summary_frame(results, comparison=comparison), compact=True)
+    assert "2.00" in text and max(len(line) for line in text.splitlines()) <= 120
+
+
+@pytest.mark.parametrize(("truncated", "warned"), [(0.0, False), (TRUNCATED_WARN_SHARE - 0.01, False), (0.38, True)])
+def test_a_level_whose_answers_are_cut_is_warned_about(truncated, warned):
+    comparison = build_comparison(made_run(_levels(2.0, truncated)))
+    assert bool(comparison.warnings.get(("s", 8.0, "dspark"))) is warned
+    metrics = level_metrics([])
+    assert level_warnings(metrics) == ()  # no requests, nothing to warn about
+
+
+def _records(rows: list[tuple[str, int, str, str, float]]) -> pd.DataFrame:
+    """(arm, seed, output, finish_reason, latency_s) of one level and repeat."""
+    return pd.DataFrame(
+        [
+            {"arm": a, "scenario": "s", "level": 8.0, "repeat": 0, "seed": seed, "output": out, "finish_reason": fin,
+             "latency_s": lat, "output_tokens": 100, "status": 200, "error": None}
+            for a, seed, out, fin, lat in rows
+        ]
+    )  # fmt: skip
+
+
+def test_the_finished_speed_counts_only_prompts_that_ended_in_both_arms():
+    records = _records([
+        ("baseline-constrained", 1, "a", "stop", 1.0), ("dspark", 1, "a", "stop", 0.5),
+        ("baseline-constrained", 2, "b", "length", 5.0), ("dspark", 2, "b", "length", 0.1),  # a loop, drafted fast
+    ])  # fmt: skip
+    speeds = finished_speeds(records)
+    assert speeds[("s", 8.0, "dspark")][0] == pytest.approx(200.0)  # seed 2 left out: it never finished
+    assert speeds[("s", 8.0, "baseline-constrained")][0] == pytest.approx(100.0)
+
+
+def test_answer_agreement_pairs_the_same_prompt_and_counts_differences():
+    records = _records([
+        ("baseline-constrained", 1, "a", "stop", 1.0), ("dspark", 1, "a", "stop", 1.0),
+        ("baseline-constrained", 2, "b", "stop", 1.0), ("dspark", 2, "B", "stop", 1.0),
+        ("dspark", 3, "c", "stop", 1.0),  # no reference answer: not paired
+    ])  # fmt: skip
+    assert answer_agreement(records) == {("s", 8.0, "dspark"): (1, 2)}
+
+
+def test_gpu_facts_name_the_gpu_its_memory_driver_and_cuda(monkeypatch):
+    answers = {
+        "-L": "GPU 0: NVIDIA H200 (UUID: GPU-1)",
+        "--query-gpu=memory.total,driver_version": "143771, 580.159.04",
+    }
+
+    def fake(*args):
+        return next((text for key, text in answers.items() if key in args or key in " ".join(args)), None)
+
+    monkeypatch.setattr(machine, "_nvidia_smi", fake)
+    facts = machine.gpu_facts()
+    assert "NVIDIA H200" in facts["gpu"]
+    assert facts.get("gpu_driver") == "580.159.04" and facts.get("gpu_memory_gib") == pytest.approx(140.4, abs=0.1)
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda *args: None)
+    assert machine.gpu_facts() == {}
+
+
+def test_another_process_on_the_gpu_is_a_problem_and_the_runs_own_are_not():
+    sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        ours = {os.getpgid(0)}
+        others = machine.gpu_others([(os.getpid(), 10.0), (sleeper.pid, 2048.0)], ours)
+        assert others == (f"pid {sleeper.pid} (2,048 MiB)",)
+        assert machine.gpu_problems(others) and not machine.gpu_problems(())
+        assert machine.gpu_others(None, ours) is None  # no GPU: cannot be told
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_gpu_utilisation_samples_average_to_a_share():
+    assert machine.mean_utilisation("90\n 70 \n[N/A]\n") == pytest.approx(0.8)
+    assert machine.mean_utilisation("") is None
+
+
+def test_no_share_of_the_machines_cpu_exceeds_all_of_it_when_a_server_dies():
+    """A server that exits mid-level takes its CPU seconds with it: its group's sum falls."""
+    before = machine.CpuSnapshot(at=0.0, machine_busy_s=10.0, steal_s=0.0, servers_s=50.0, harness_s=1.0)
+    after = machine.CpuSnapshot(at=1.0, machine_busy_s=14.0, steal_s=0.0, servers_s=0.0, harness_s=1.5)
+    noise = machine.cpu_noise(before, after, cores=2)
+    assert 0.0 <= noise["other_cpu_share"] <= 1.0
+    assert all(0.0 <= share <= 1.0 for name, share in noise.items() if name.endswith("share"))
