@@ -92,7 +92,7 @@ gate: install
 	$(VENV)/bin/dspark-bench gate --thresholds benchmarks/gate/thresholds.yaml $(GATE_ARGS)
 
 test: install browser gpustack
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration"
