@@ -36,7 +36,14 @@ from dspark_bench.reports.gate import (
 )
 from dspark_bench.reports.history import HISTORY_RUNS, MIN_HISTORY, format_history, history_panel, run_ratios, standings
 from dspark_bench.reports.html import render_comparison
-from dspark_bench.reports.tables import capacity_lines, format_summary, session_lines, summary_frame, warning_lines
+from dspark_bench.reports.tables import (
+    agreement_lines,
+    capacity_lines,
+    format_summary,
+    session_lines,
+    summary_frame,
+    warning_lines,
+)
 from dspark_bench.store import STORE_ENV, STORE_FILE, RunStore, StoreError, runs_in, safe_url, store_url
 
 
@@ -241,9 +248,14 @@ def _write_report(run_dir: Path, store: str | None, source: str) -> None:
     summary = summary_frame(results, comparison=comparison)
     (run_dir / "summary.txt").write_text(format_summary(summary) + "\n", encoding="utf-8")
     print(format_summary(summary, compact=True))
-    print(f"(x ref: effective tok/s over {REFERENCE_ARM}'s, paired by repeat; x finished: the same over answers that ended "
-          f"on their own in both arms; every column: {run_dir / 'summary.txt'})")
-    for line in [*warning_lines(comparison), *session_lines(results), *capacity_lines(results)]:
+    if results.config.cost_only:
+        print(f"(cost-only: a {results.config.model_shape}-shaped model with vLLM's dummy weights, answers are noise; x ref: raw "
+              f"output tok/s over {REFERENCE_ARM}'s, paired by repeat; every column: {run_dir / 'summary.txt'})")
+    else:
+        print(f"(x ref: effective tok/s over {REFERENCE_ARM}'s, paired by repeat; x finished: the same over answers that ended "
+              f"on their own in both arms; every column: {run_dir / 'summary.txt'})")
+    for line in [*agreement_lines(comparison, results.config.temperature), *warning_lines(comparison), *session_lines(results),
+                 *capacity_lines(results)]:  # fmt: skip
         print(line)
     panel: list[str] = []
     if store is not None:

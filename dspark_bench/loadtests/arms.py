@@ -4,6 +4,7 @@ and the ceiling arm. How an arm becomes a running server is ``deploy.servers``'s
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from dspark_bench.scenarios import Mode
@@ -19,6 +20,17 @@ class Arm:
     launcher: str = "vllm"  # "vllm" (stock OpenAI server), "dspark" (the engine patch), or a command line
     mode: Mode | None = None  # forces a mode (baseline: prompt only); None = the run's mode
     primed: bool = False  # sent every prompt of the run once before the sweep (a replay drafter then knows each answer)
+    gpu_server_args: tuple[str, ...] | None = None  # on a GPU host, these instead of server_args (None: the same)
+
+    def args_on(self, gpu: bool) -> tuple[str, ...]:
+        """The arm's own server arguments on a host with (or without) a GPU."""
+        return self.gpu_server_args if gpu and self.gpu_server_args is not None else self.server_args
+
+
+def _ngram_config(method: str) -> str:
+    # vLLM's prompt lookup as its docs show it: 5 drafts, matched on the last 2-5 tokens (dspark-serve's own ngram
+    # drafter looks up the same n-grams)
+    return json.dumps({"method": method, "num_speculative_tokens": 5, "prompt_lookup_max": 5, "prompt_lookup_min": 2})
 
 
 BUILTIN_ARMS: dict[str, Arm] = {
@@ -33,6 +45,14 @@ BUILTIN_ARMS: dict[str, Arm] = {
             "the DSpark engine patch with the article's flags, the draft length measured while serving",
             server_args=("--dspark-enabled", "--response-format", "json", "--enable-prefix-caching"),
             launcher="dspark",
+        ),
+        Arm(
+            "vllm-ngram",
+            # the peer: the speculation vLLM already ships, which any team can switch on without DSpark
+            "stock vLLM with its own prompt-lookup speculation (k=5): ngram_gpu on a GPU (asynchronous scheduling "
+            "kept), ngram on a CPU",
+            server_args=("--speculative-config", _ngram_config("ngram")),
+            gpu_server_args=("--speculative-config", _ngram_config("ngram_gpu")),
         ),
         Arm(
             "oracle",

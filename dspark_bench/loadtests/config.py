@@ -14,6 +14,7 @@ from dspark_bench.loadtests.arms import BUILTIN_ARMS, Arm
 from dspark_bench.loadtests.deploy.gpustack_spec import GPUStackSpecError, parse_settings
 from dspark_bench.loadtests.machine import DTYPES
 from dspark_bench.loadtests.metrics import MIN_WAVES, SLO_KEYS
+from dspark_bench.loadtests.model_shapes import SHAPES, is_known
 from dspark_bench.loadtests.openai_api import CONFIG_FIELDS, MAX_TOKENS, REQUEST_TIMEOUT_S, TEMPERATURE, RequestSettings
 from dspark_bench.scenarios import Mode, Scenario, ScenarioError, TraceScenario, builtin_names, load_scenario
 from dspark_bench.scenarios.trace import load_trace
@@ -90,6 +91,11 @@ class RunConfig:
     model: str = setting(str(DEFAULT_MODEL), kind=str, example="models/tiny-json",
                          metavar="DIR",
                          help="local model directory for local arms (default: the embedded models/tiny-json)")
+    model_shape: str | None = setting(None, kind=str, example="llama-8b", ui=False, metavar="SHAPE",
+                                      help="serve a model of this shape instead, with --model's tokenizer and vLLM's dummy "
+                                      f"weights (--load-format dummy): {', '.join(SHAPES)}, or a config.json of your own. "
+                                      "A cost-only run: answers are noise, so ratios are over raw output tokens and "
+                                      "validity is not reported (loadtests/model_shapes.py)")
     scenarios: tuple[str, ...] = setting(("order_extraction",), kind=str, is_list=True, flag="--scenario",
                                          example="order_extraction, tool_call",
                                          help="comma-separated scenario names or YAML paths (ui: one)")
@@ -180,7 +186,7 @@ class RunConfig:
                                            help="vLLM arguments given to every local arm")
     custom_arms: tuple[Arm, ...] = setting((), kind=dict, is_list=True, flag=None,
                                            example="{name: ngram, server_args: [...], mode: json_schema}",
-                                           help="arms of your own: name, description, server_args, launcher, mode, primed")
+                                           help="arms of your own: name, description, server_args, gpu_server_args (on a GPU host instead), launcher, mode, primed")
     slo: dict[str, float] = setting(factory=dict, kind=dict, example="{ttft_ms: 500, e2e_ms: 2000}", parse=_slo_pairs,
                                     flag_example="ttft_ms=500,e2e_ms=2000",
                                     metavar="ttft_ms=..,tpot_ms=..,e2e_ms=..",
@@ -188,6 +194,11 @@ class RunConfig:
                                     "goodput counts valid answers within all given")
     gpustack: dict[str, Any] | None = setting(None, kind=dict, example="{url: http://host, model_path: /models/m}",
                                               flag=None, help="deploy the arms on a GPUStack cluster (deploy/gpustack_spec.py)")
+
+    @property
+    def cost_only(self) -> bool:
+        """The model's weights are vLLM's dummy ones: a step costs what the shape's does, answers are noise."""
+        return self.model_shape is not None
 
     def arm(self, name: str) -> Arm:
         for arm in self.custom_arms:
@@ -251,12 +262,12 @@ def _fail(setting: str, problem: str, fix: str) -> NoReturn:
 def _parse_arm(raw: Any) -> Arm:
     if not isinstance(raw, dict) or "name" not in raw:
         _fail("custom_arms", f"{raw!r} is not a mapping with a name", "write '- {name: x, server_args: [...], mode: prompt}'")
-    unknown = set(raw) - {"name", "description", "server_args", "launcher", "mode", "primed"}
+    unknown = set(raw) - {"name", "description", "server_args", "gpu_server_args", "launcher", "mode", "primed"}
     if unknown:
         _fail(
             f"custom_arms.{raw['name']}",
             f"unknown keys {sorted(unknown)}",
-            "use name, description, server_args, launcher, mode, primed",
+            "use name, description, server_args, gpu_server_args, launcher, mode, primed",
         )
     if not isinstance(raw.get("primed", False), bool):
         _fail(f"custom_arms.{raw['name']}.primed", f"{raw['primed']!r} is not true or false", "write primed: true")
@@ -267,6 +278,7 @@ def _parse_arm(raw: Any) -> Arm:
         name=str(raw["name"]),
         description=str(raw.get("description", "custom arm")),
         server_args=tuple(str(a) for a in raw.get("server_args", ())),
+        gpu_server_args=None if raw.get("gpu_server_args") is None else tuple(str(a) for a in raw["gpu_server_args"]),
         launcher=str(raw.get("launcher", "vllm")),
         mode=Mode(mode) if mode else None,
         primed=raw.get("primed", False),
@@ -415,7 +427,12 @@ def validate_config(config: RunConfig) -> RunConfig:
         missing = [a for a in config.arms if a not in config.urls]
         if missing:
             _fail("urls", f"no URL for arms {missing}", "give --url ARM=http://host:port for every arm, or drop those arms")
-    elif not Path(config.model).is_dir():
+    if config.model_shape is not None:
+        if config.urls or config.gpustack is not None:
+            _fail("model_shape", "given for servers this run does not start", "drop --model-shape: only local arms are shaped")
+        if not is_known(config.model_shape):
+            _fail("model_shape", f"unknown shape {config.model_shape!r}", f"use one of {', '.join(SHAPES)} or a config.json path")
+    if not (config.urls or config.gpustack is not None or Path(config.model).is_dir()):
         _fail("model", f"{config.model} is not a model directory", "give a local HF model folder (default: models/tiny-json)")
     as_text = {name: None if (text := getattr(config, name)) is None else str(text) for name in ("server_cpus", "client_cpus")}
     # a YAML "server_cpus: 0" is a number: one CPU list like any other

@@ -372,10 +372,12 @@ def level_health(
     waits: Mapping[str, float | None] | None = None,
     gpu_utilisation: float | None = None,
     gpu_others: tuple[str, ...] | None = None,
+    cost_only: bool = False,
 ) -> LevelHealth:
     """A level's health from its metrics, its load generator's cost (``machine.client_load``), the noise
     beside it (``machine.cpu_noise``) and how long its processes waited for a CPU (``machine.starvation``):
-    a starved load generator sends and reads late, so the level does not measure the server. Pure."""
+    a starved load generator sends and reads late, so the level does not measure the server. ``cost_only``: a
+    model with dummy weights (``RunConfig.cost_only``), whose cut answers say nothing of the model. Pure."""
     waits = waits or {}
     client_share = client.get("client_cpu_share")
     if open_loop_rate is not None:  # held to the rate its schedule really asked for
@@ -393,7 +395,7 @@ def level_health(
     return LevelHealth(
         valid=not problems,
         problems=tuple(problems),
-        warnings=level_warnings(metrics),
+        warnings=() if cost_only else level_warnings(metrics),  # dummy weights never finish an answer: nothing to warn of
         incomplete=incomplete,
         prefix_cache_reset=prefix_cache_reset,
         client_cpu_s_per_request=client.get("client_cpu_s_per_request"),

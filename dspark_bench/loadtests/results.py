@@ -200,7 +200,8 @@ def saved_config(raw: dict[str, Any]) -> RunConfig:
     if "mode" in values:
         values["mode"] = Mode(values["mode"])
     values["custom_arms"] = tuple(
-        Arm(**{**arm, "server_args": tuple(arm.get("server_args") or ()), "mode": Mode(arm["mode"]) if arm.get("mode") else None})
+        Arm(**{**arm, "server_args": tuple(arm.get("server_args") or ()), "mode": Mode(arm["mode"]) if arm.get("mode") else None,
+               "gpu_server_args": None if arm.get("gpu_server_args") is None else tuple(arm["gpu_server_args"])})
         for arm in values.get("custom_arms", ())
     )
     return RunConfig(**values)

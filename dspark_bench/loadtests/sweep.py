@@ -8,6 +8,7 @@ measured, marked incomplete.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -35,6 +36,7 @@ from dspark_bench.loadtests.machine import (
     wait_until_idle,
 )
 from dspark_bench.loadtests.metrics import FAILED, STALL_SHARE, LevelHealth, level_health, level_metrics
+from dspark_bench.loadtests.model_shapes import ShapeError, parameters, shape_name, write_shaped_model
 from dspark_bench.loadtests.openai_api import chat_client, send_chat
 from dspark_bench.loadtests.plan import SILENT_AFTER, Arrivals, LevelPlan, PlanSlot, level_samples
 from dspark_bench.loadtests.records import DiscardingSink, RunFolderSink
@@ -178,6 +180,7 @@ def _measure_level(
             waits=starvation(snapshot, after),
             gpu_utilisation=utilisation,
             gpu_others=on_gpu,
+            cost_only=config.cost_only,
         )
         server = delta(before, scrape(endpoint.base_url, endpoint.headers()))
         result = LevelResult(plan.arm, scenario, plan.request.mode.value, plan.level, plan.repeat, metrics, health, server)
@@ -433,10 +436,25 @@ def prime(endpoint: Endpoint, config: RunConfig, arm: str) -> None:
         _stop_if_failing(plan)
 
 
+def shaped_run(config: RunConfig, run_dir: Path) -> RunConfig:
+    """A cost-only run's config: its servers serve the shape's folder, written into the run folder (the shape's
+    config.json and ``config.model``'s tokenizer, no weights), under the shape's name. Other runs as given."""
+    if config.model_shape is None:
+        return config
+    try:
+        folder = write_shaped_model(config.model_shape, Path(config.model), run_dir / "model")
+    except ShapeError as exc:
+        raise RunAborted(str(exc)) from None
+    print(f"cost-only: a {shape_name(config.model_shape)}-shaped model ({parameters(json.loads((folder / 'config.json').read_text())) / 1e9:.2f}B "
+          "parameters) with vLLM's dummy weights; ratios over raw output tokens, validity not reported", flush=True)  # fmt: skip
+    return replace(config, model=str(folder), served_model_name=config.served_model_name or shape_name(config.model_shape))
+
+
 def run_sweep(config: RunConfig, run_dir: Path) -> RunResults:
     """Deploy the arms, run the interleaved sweep, write results after every level. Always stops servers."""
-    results = RunResults(run_dir, config)
     run_dir.mkdir(parents=True, exist_ok=True)
+    config = shaped_run(config, run_dir)
+    results = RunResults(run_dir, config)
     sink = RunFolderSink(run_dir)
     arms = list(config.arms)
     deployer: Deployer | None = None

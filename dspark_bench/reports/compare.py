@@ -25,6 +25,7 @@ from dspark_bench.reports.intervals import PairedRatio, paired_ratio
 
 Key = tuple[str, float, str]  # (scenario, level, arm)
 THROUGHPUT = "effective_tok_s"
+RAW_THROUGHPUT = "raw_tok_s"  # a cost-only run's (dummy weights: no answer is worth validating)
 P95 = "latency_p95_ms"
 WALL = "wall_s"  # a level's whole time: the article's "1000 requests at concurrency 64, total (s)"
 FINISHED_REASON = "stop"
@@ -111,6 +112,7 @@ class Comparison:
     finished: dict[Key, PairedRatio] = field(default_factory=dict)
     warnings: dict[Key, tuple[str, ...]] = field(default_factory=dict)
     agreement: dict[Key, tuple[int, int]] = field(default_factory=dict)  # answer_agreement with the reference arm
+    metric: str = THROUGHPUT  # the column ``throughput`` divides: effective tok/s, or raw in a cost-only run
 
     def ratio(self, key: Key) -> float | None:
         found = self.throughput.get(key)
@@ -128,8 +130,15 @@ def level_warning_map(levels: Iterable[tuple[Key, LevelMetrics, tuple[str, ...]]
     return {key: said for key, (_rate, said) in worst.items()}
 
 
+def throughput_metric(results: RunResults) -> str:
+    """What a run's speed-ups divide: effective JSON tok/s, or raw output tok/s where the model's weights are
+    dummies (``RunConfig.cost_only``: answers are noise, so none is valid but every token cost a step)."""
+    return RAW_THROUGHPUT if results.config.cost_only else THROUGHPUT
+
+
 def build_comparison(results: RunResults, records: pd.DataFrame | None = None) -> Comparison:
     frame = levels_frame(results)
+    metric = throughput_metric(results)
     finished: dict[Key, PairedRatio] = {}
     agreement: dict[Key, tuple[int, int]] = {}
     if records is not None and not records.empty:
@@ -139,12 +148,16 @@ def build_comparison(results: RunResults, records: pd.DataFrame | None = None) -
         for (scenario, level, arm), mine in speeds.items():
             if (paired := paired_ratio(speeds.get((scenario, level, REFERENCE_ARM)), mine)) is not None:
                 finished[(scenario, level, arm)] = paired
-    warned = level_warning_map(((lv.scenario, lv.level, lv.arm), lv.metrics, lv.health.warnings) for lv in results.levels)
+    # a cost-only model's answers run to max_tokens by nature: no warning that the model does not finish them
+    warned = {} if results.config.cost_only else level_warning_map(
+        ((lv.scenario, lv.level, lv.arm), lv.metrics, lv.health.warnings) for lv in results.levels
+    )
     return Comparison(
-        throughput=ratios(frame, REFERENCE_ARM),
+        throughput=ratios(frame, REFERENCE_ARM, metric),
         p95=ratios(frame, REFERENCE_ARM, P95),
-        oracle=ratios(frame, ORACLE_ARM),
+        oracle=ratios(frame, ORACLE_ARM, metric),
         finished=finished,
         warnings=warned,
         agreement=agreement,
+        metric=metric,
     )

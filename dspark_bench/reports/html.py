@@ -16,10 +16,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dspark_bench.loadtests.arms import REFERENCE_ARM  # noqa: E402
-from dspark_bench.loadtests.config import placement_line  # noqa: E402
+from dspark_bench.loadtests.config import RunConfig, placement_line  # noqa: E402
 from dspark_bench.loadtests.results import RunResults, levels_frame  # noqa: E402
 from dspark_bench.reports.article import article_table, interval_note, load_records  # noqa: E402
-from dspark_bench.reports.compare import Comparison, build_comparison  # noqa: E402
+from dspark_bench.reports.compare import RAW_THROUGHPUT, Comparison, build_comparison  # noqa: E402
 from dspark_bench.reports.tables import SPEEDUP_COLUMN, capacity_lines, interval_text, session_lines, summary_frame, tag_frame  # noqa: E402
 
 STYLE = """
@@ -279,7 +279,12 @@ def _verdicts(summary: pd.DataFrame, comparison: Comparison) -> list[str]:
                     f"{esc(cut_warnings[cut[0]][0])}. Over the answers that finished in both arms: {esc(', '.join(finished) or 'none finished')}."
                 )
             lines.append(f"<li><b>{esc(str(scenario))}</b>, {esc(sentence)}{warning}</li>")
-    return [f"<h2>Verdict against {esc(REFERENCE_ARM)} (effective JSON throughput)</h2><ul class='verdict'>{''.join(lines)}</ul>"]
+    if comparison.metric == RAW_THROUGHPUT:
+        heading = ("raw output throughput: a cost-only run, the model's weights are vLLM's dummy ones, so answers are noise "
+                   "and validity is not reported; each step costs what the shape's does")  # fmt: skip
+    else:
+        heading = "effective JSON throughput"
+    return [f"<h2>Verdict against {esc(REFERENCE_ARM)} ({esc(heading)})</h2><ul class='verdict'>{''.join(lines)}</ul>"]
 
 
 def _capacity(results: RunResults) -> list[str]:
@@ -305,6 +310,10 @@ def _sessions(results: RunResults) -> list[str]:
     return ["<h2>Agent sessions</h2>", "<p>" + "<br>".join(html.escape(line) for line in lines) + "</p>"]
 
 
+def _shape_note(config: RunConfig) -> str:
+    return f" (a {config.model_shape}-shaped model with vLLM's dummy weights: cost-only)" if config.cost_only else ""
+
+
 def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()) -> Path:
     """The run's page; ``history``: its history panel (``reports.history.history_panel``), when a store had one."""
     records = load_records(out_path.parent)
@@ -321,7 +330,7 @@ def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>JSON benchmark {esc(results.started)}</title>",
         f"<style>{STYLE}</style></head><body><h1>JSON serving benchmark</h1><p>Status: {status}</p>",
-        f"<p>Model <code>{esc(config.model)}</code>; scenarios {esc(', '.join(config.scenarios))}; "
+        f"<p>Model <code>{esc(config.model)}</code>{esc(_shape_note(config))}; scenarios {esc(', '.join(config.scenarios))}; "
         f"{esc(_requests_per_level(results))} (+{config.warmup_requests} warm-up each); {esc(_cache_state(results))}; "
         f"max_tokens {config.max_tokens}, temperature {config.temperature}; started {esc(results.started)}.</p>",
         f"<p>Machine: {esc(machine.summary)}, GPU {esc(str(machine.gpu))}; "

@@ -8,10 +8,10 @@ import pandas as pd
 
 from dspark_bench.loadtests.arms import ORACLE_ARM, REFERENCE_ARM
 from dspark_bench.loadtests.results import RunResults, levels_frame
-from dspark_bench.reports.compare import Comparison, Key, build_comparison, capacity_ratios
+from dspark_bench.reports.compare import RAW_THROUGHPUT, Comparison, Key, build_comparison, capacity_ratios
 from dspark_bench.reports.intervals import PairedRatio
 
-SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective tok/s over the reference arm's, same scenario and level
+SPEEDUP_COLUMN = f"x {REFERENCE_ARM}"  # effective (cost-only: raw) tok/s over the reference arm's, same scenario and level
 INTERVAL_COLUMN = "95% interval"  # ... its interval
 FINISHED_COLUMN = "x finished"  # the speed over answers that ended on their own in both arms (compare.finished_speeds)
 WARNING_COLUMN = "warn"
@@ -40,6 +40,7 @@ SUMMARY_COLUMNS = {
     "span_s": "span s",  # what the throughputs are over; the wall time beside it
     "wall_s": "wall s",
 }
+VALIDITY_COLUMNS = ("effective_tok_s", "invalid_json_rate", "goodput_req_s", "good_tok_s")
 RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit", "grammar drafts", "repeat drafts")
 
 
@@ -54,6 +55,8 @@ def summary_frame(results: RunResults, records: pd.DataFrame | None = None, comp
     comparison = comparison or build_comparison(results, records)
     # counters a server may lack, and measures results from before them lack (span_s)
     metrics = [c for c in SUMMARY_COLUMNS if c in df and df[c].notna().any()]
+    if comparison.metric == RAW_THROUGHPUT:  # a cost-only run: no answer of dummy weights is worth validating
+        metrics = [c for c in metrics if c not in VALIDITY_COLUMNS]
     grouped = df.groupby(["scenario", "level", "arm"], sort=True)[metrics].median().reset_index()
     if df["valid"].notna().any():  # a (scenario, level, arm) with any repeat that did not hold its load is flagged
         failed = df.groupby(["scenario", "level", "arm"], sort=True)["valid"].agg(lambda v: bool((v == False).any()))  # noqa: E712
@@ -84,6 +87,21 @@ def warning_lines(comparison: Comparison) -> list[str]:
     ]
 
 
+def agreement_lines(comparison: Comparison, temperature: float) -> list[str]:
+    """At temperature 0, one line: each arm's answers equal to the reference arm's for the same prompt, over
+    every level (``compare.answer_agreement``): a lossless arm's are all equal, up to floating-point near-ties.
+    [] at other temperatures, or where no answers pair."""
+    if temperature != 0 or not comparison.agreement:
+        return []
+    totals: dict[str, list[int]] = {}
+    for (_scenario, _level, arm), (equal, paired) in sorted(comparison.agreement.items()):
+        total = totals.setdefault(arm, [0, 0])
+        total[0] += equal
+        total[1] += paired
+    arms = ", ".join(f"{arm} {equal:,}/{paired:,}" for arm, (equal, paired) in totals.items())
+    return [f"answers equal to {REFERENCE_ARM}'s, same prompt (temperature 0): {arms}"]
+
+
 # What the printed summary shows, to fit a 120-column terminal; the run folder's summary.txt has every column.
 COMPACT_COLUMNS = (
     "scenario", "level", "arm", "eff tok/s", "P95 ms", "truncated", "repeat drafts", "grammar drafts", "level ok",
@@ -95,7 +113,9 @@ def format_summary(summary: pd.DataFrame, compact: bool = False) -> str:
     """The summary as text: every column, or (``compact``) ``COMPACT_COLUMNS`` with short rates."""
     if summary.empty:
         return "(no completed levels)"
-    shown = summary[[c for c in COMPACT_COLUMNS if c in summary]].copy() if compact else summary.copy()
+    # a cost-only run's summary has raw throughput where others have effective (summary_frame)
+    wanted = COMPACT_COLUMNS if "eff tok/s" in summary else tuple("raw tok/s" if c == "eff tok/s" else c for c in COMPACT_COLUMNS)
+    shown = summary[[c for c in wanted if c in summary]].copy() if compact else summary.copy()
     if compact:
         shown = shown.rename(columns={SPEEDUP_COLUMN: "x ref", INTERVAL_COLUMN: "95%", "grammar drafts": "grammar", "repeat drafts": "repeat"})
         shown["scenario"] = shown["scenario"].map(lambda name: name if len(name) <= 24 else name[:23] + "~")

@@ -12,6 +12,7 @@ from dspark_bench.loadtests.config import RunConfig, parse_cpu_list
 from dspark_bench.loadtests.deploy.base import Deployer, ServerSpec
 from dspark_bench.loadtests.deploy.local import cpu_server_env
 from dspark_bench.loadtests.machine import MachineFacts, machine_facts, serving_dtype
+from dspark_bench.loadtests.model_shapes import LOAD_FORMAT
 
 
 def vllm_launcher() -> list[str]:
@@ -33,9 +34,13 @@ def launcher_argv(arm: Arm) -> list[str]:
 
 def common_server_args(config: RunConfig, facts: MachineFacts | None = None) -> list[str]:
     """What every arm's server is given alike: the dtype (``serving_dtype``: chosen by this machine for local
-    servers; a GPUStack cluster's own machines choose for themselves), then ``server_args``."""
+    servers; a GPUStack cluster's own machines choose for themselves), then ``server_args``, then vLLM's dummy
+    weights for a shaped model."""
     dtype = config.dtype if config.gpustack is not None else serving_dtype(config.dtype, facts or machine_facts())
-    return ([] if dtype == "auto" else ["--dtype", dtype]) + list(config.server_args)
+    common = ([] if dtype == "auto" else ["--dtype", dtype]) + list(config.server_args)
+    if config.cost_only and not any(arg.split("=", 1)[0] == LOAD_FORMAT[0] for arg in common):
+        common += LOAD_FORMAT  # a shaped model ships no weights (loadtests/model_shapes.py)
+    return common
 
 
 # The GPU memory every local server of a run takes together. The arms share one GPU, each with its share of
@@ -79,7 +84,7 @@ def server_specs(config: RunConfig, arms: list[str], facts: MachineFacts | None 
             served,
             launcher_argv(config.arm(name)),
             common,
-            list(config.arm(name).server_args),
+            list(config.arm(name).args_on(bool(facts.gpu))),
             env,
             cpus,
             shares_gpu=bool(facts.gpu) and len(arms) > 1,
