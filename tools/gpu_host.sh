@@ -5,6 +5,7 @@
 #   tools/gpu_host.sh models FILE        unpack the embedded models (a tar.xz of models/tiny-json*)
 #   tools/gpu_host.sh bench NAME SECONDS ARGS...   dspark-bench bench ARGS into /tmp/runs/NAME, stopped
 #                                        (Ctrl-C: results kept) after SECONDS; then packed into $OUT
+#   tools/gpu_host.sh test NAME          make test-gpu's checks on the run /tmp/runs/NAME, the log into $OUT
 set -euo pipefail
 BUNDLE=/tmp/bundle SITE=/tmp/site RUNS=/tmp/runs
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -23,5 +24,7 @@ case "$1" in
     name=$2 seconds=$3; shift 3; mkdir -p "$RUNS"
     timeout -s INT -k 30 "$seconds" .venv/bin/dspark-bench bench --out "$RUNS" --name "$name" "$@" 2>&1 | tee "$RUNS/$name.log" || true
     tar cJf "${OUT:-/tmp}/$name.tar.xz" -C "$RUNS" "$name" "$name.log" ;;
-  *) echo "usage: $0 receive DIR | install | models FILE | bench NAME SECONDS ARGS..." >&2; exit 2 ;;
+  test)
+    DSPARK_GPU_RUN="$RUNS/$2" .venv/bin/python -m pytest -q -m gpu tests/gpu 2>&1 | tee "${OUT:-/tmp}/test-gpu-$2.log" ;;
+  *) echo "usage: $0 receive DIR | install | models FILE | bench NAME SECONDS ARGS... | test NAME" >&2; exit 2 ;;
 esac

@@ -61,6 +61,8 @@ NEAR_TIES_PER_ANSWER = 0.001
 
 
 def test_dspark_answers_equal_stock_on_the_gpu(gpu_run):
+    if load_results(gpu_run).config.temperature != 0:
+        pytest.skip("sampled answers (temperature above 0) differ by design")
     agreement = answer_agreement(load_records(gpu_run), "baseline-constrained")
     assert agreement, "no paired answers"
     for (scenario, level, arm), (equal, pairs) in agreement.items():

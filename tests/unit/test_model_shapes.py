@@ -90,3 +90,14 @@ def test_a_cost_only_runs_ratios_are_over_raw_tokens_and_validity_is_not_reporte
     summary = summary_frame(shaped, comparison=comparison)
     assert "raw tok/s" in summary and "eff tok/s" not in summary and "invalid JSON" not in summary
     assert "raw tok/s" in format_summary(summary, compact=True).splitlines()[0]
+
+
+def test_the_summary_says_how_many_answers_equal_stocks_at_temperature_0():
+    from dspark_bench.reports.compare import Comparison
+    from dspark_bench.reports.tables import agreement_lines
+
+    comparison = Comparison(agreement={("s", 1.0, "dspark"): (8, 8), ("s", 8.0, "dspark"): (31, 32), ("s", 1.0, "vllm-ngram"): (8, 8)})
+    assert agreement_lines(comparison, 0.0) == [
+        "answers equal to baseline-constrained's, same prompt (temperature 0): dspark 39/40, vllm-ngram 8/8"
+    ]
+    assert agreement_lines(comparison, 1.0) == [] and agreement_lines(Comparison(), 0.0) == []
