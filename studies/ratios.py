@@ -1,4 +1,4 @@
-"""Each arm's paired ratio of effective JSON tok/s to another arm, as the harness computes it
+"""Each arm's paired ratio of effective JSON tok/s (a cost-only run's: raw) to another arm, as the harness computes it
 (``reports.compare.ratios``: the geometric mean over the repeats in which both levels were valid, with an
 exact-t 95% interval), and the per-repeat ratios behind it.
 
@@ -19,6 +19,7 @@ from dspark_bench.loadtests.arms import REFERENCE_ARM
 from dspark_bench.loadtests.metrics import pause_problems
 from dspark_bench.loadtests.results import levels_frame, load_results
 from dspark_bench.reports.compare import ratios as ratios_to
+from dspark_bench.reports.compare import throughput_metric
 from studies.silences import LevelKey, recomputed_levels
 
 
@@ -50,9 +51,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--against", default=REFERENCE_ARM, help=f"the arm each ratio is over (default: {REFERENCE_ARM})")
     args = parser.parse_args(argv)
     results = load_results(args.run)
-    print(f"{args.run}: {results.machine.summary}")
+    metric = throughput_metric(results)
+    print(f"{args.run}: {results.machine.summary}; ratios of {metric}")
     frame = with_pauses(levels_frame(results), args.run)
-    for (scenario, level, arm), paired in sorted(ratios_to(frame, args.against).items()):
+    for (scenario, level, arm), paired in sorted(ratios_to(frame, args.against, metric).items()):
         if arm == args.against:
             continue
         each = ", ".join(f"{ratio:.2f}" for ratio in paired.per_repeat)
