@@ -65,14 +65,15 @@ class RunAborted(RuntimeError):
     """The run stopped early (server died, level timed out); partial results are on disk."""
 
 
-def _progress(plan: LevelPlan, started: float) -> str:
+def _progress(plan: LevelPlan, started: float, cost_only: bool = False) -> str:
     measured = [r for r in plan.records if not r.warmup]  # warm-up and tail requests (cancelled ones too) are not
     tokens = sum(r.output_tokens or 0 for r in measured)
     invalid = sum(1 for r in measured if r.verdict != "valid")
     unit = "sessions" if plan.samples and plan.samples[0].turns else "requests"  # agent sessions: a record per turn
+    validity = "" if cost_only else f"  {invalid} not valid"  # dummy weights' answers: never valid, nothing to say
     return (
         f"  {plan.arm:<22} {_label(plan):<6} {plan.completed:>4}/{plan.total} {unit}  "
-        f"{tokens / max(1e-9, time.time() - started):8.1f} tok/s  {invalid} not valid"
+        f"{tokens / max(1e-9, time.time() - started):8.1f} tok/s{validity}"
     )
 
 
@@ -88,10 +89,15 @@ def _label(plan: LevelPlan) -> str:
 
 
 def run_level(
-    endpoint: Endpoint, plan: LevelPlan, timeout_s: float, progress_every_s: float = 5.0, pool: WorkerPool | None = None
+    endpoint: Endpoint,
+    plan: LevelPlan,
+    timeout_s: float,
+    progress_every_s: float = 5.0,
+    pool: WorkerPool | None = None,
+    cost_only: bool = False,
 ) -> None:
     """Drive one arm at one level until the plan is done, with users in this process or on ``pool``'s
-    Locust workers; raises RunAborted on trouble."""
+    Locust workers; raises RunAborted on trouble. ``cost_only``: progress lines leave validity out."""
     started = time.time()
     users = plan.user_count
     if pool is None:
@@ -133,7 +139,7 @@ def run_level(
             if plan.finished():
                 break
             if time.time() - last_print >= progress_every_s:
-                print(_progress(plan, started), flush=True)
+                print(_progress(plan, started, cost_only), flush=True)
                 last_print = time.time()
     finally:
         if pool is None:
@@ -141,7 +147,7 @@ def run_level(
             env.runner = None
         else:
             pool.stop()
-    print(_progress(plan, started) + "  done", flush=True)
+    print(_progress(plan, started, cost_only) + "  done", flush=True)
 
 
 def _measure_level(
@@ -160,7 +166,7 @@ def _measure_level(
     snapshot = cpu_snapshot(mine, harness, idle)
     sampler = GpuSampler().start() if results.machine.gpu else None
     try:
-        run_level(endpoint, plan, config.level_timeout_s, pool=pool)
+        run_level(endpoint, plan, config.level_timeout_s, pool=pool, cost_only=config.cost_only)
     finally:
         after = cpu_snapshot(mine, harness, idle)
         utilisation = sampler.stop() if sampler else None

@@ -198,6 +198,7 @@ def test_progress_counts_only_measured_answers_as_not_valid():
     assert "0 not valid" in _progress(plan, time.time() - 1)
     plan.complete(rec(1.0, 0.1, 1.0, 10, verdict="parse_error"))
     assert "1 not valid" in _progress(plan, time.time() - 1)
+    assert "not valid" not in _progress(plan, time.time() - 1, cost_only=True)  # dummy weights: no validity to report
 
 
 def _streamed(t_send, ttft, gaps_ms):
