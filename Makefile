@@ -1,6 +1,6 @@
 # Everyday commands. Each installs what it needs into .venv first.
 #   make bench     the paired benchmark on the embedded model (CPU), ends with a report
-#   make test      unit + integration tests (real vLLM CPU servers)
+#   make test      unit + integration tests (real vLLM CPU servers); make test-quick: the inner loop, ~1 minute
 #   make test-gpu  the GPU tests, on a GPU host (the harness and dspark-serve on the GPU)
 #   make model     retrain the embedded models (GPU if present, else a slow CPU path)
 #   make eval      quality of the embedded models through a real vLLM server -> models/*/EVAL.md
@@ -22,7 +22,7 @@ BENCH_CONFIG ?= dspark_bench/loadtests/configs/$(VLLM_BUILD)-default.yaml
 OFFLINE_SITE ?=
 BENCH_ARGS ?=
 
-.PHONY: install browser gpustack history bench bench-dspark equality ui gate test test-unit test-integration test-gpu lint model eval clean
+.PHONY: install browser gpustack history bench bench-dspark equality ui gate test test-quick test-unit test-integration test-gpu lint model eval clean
 
 $(STAMP): pyproject.toml engine/pyproject.toml
 ifneq ($(OFFLINE_SITE),)
@@ -93,6 +93,10 @@ gate: install
 
 test: install browser gpustack
 	$(PY) -m pytest -q --durations=15
+
+# the inner loop: unit tests and fast fakes, no real server (about a minute on 2 cores; docs/testing.md)
+test-quick: install
+	$(PY) -m pytest -q -m "not integration and not slow" --durations=5
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration"

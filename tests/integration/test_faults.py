@@ -16,6 +16,8 @@ from dspark_bench.loadtests.records import read_records
 from dspark_bench.loadtests.sweep import RunAborted, run_sweep
 from tests.integration.procs import assert_no_server_left
 
+pytestmark = pytest.mark.slow  # real processes and fakes, seconds each: make test runs them, make test-quick does not
+
 FAKE = f"{sys.executable} {Path(__file__).resolve().parents[1] / 'fake_openai_server.py'}"
 
 

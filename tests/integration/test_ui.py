@@ -17,6 +17,8 @@ import pytest
 from dspark_bench.loadtests.deploy.local import free_port
 from tests.integration.procs import processes_on_port
 
+pytestmark = pytest.mark.slow  # real processes and fakes, seconds each: make test runs them, make test-quick does not
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "dspark_bench" / "loadtests" / "locustfile.py"
 

@@ -51,6 +51,7 @@ def test_capacity_settings_are_checked():
     assert load_config(None, find_capacity=True).find_capacity is True
 
 
+@pytest.mark.slow
 def test_a_sweep_finds_the_capacity_of_a_server_that_has_one(tmp_path):
     # one answer at a time, 50 ms each: 20 answers per second, past which requests queue
     url, server = start_fake_stream_server("--slots", "1", "--tokens", "10", "--token-ms", "5")
@@ -74,6 +75,7 @@ def test_a_sweep_finds_the_capacity_of_a_server_that_has_one(tmp_path):
     assert "baseline-constrained: holds" in "\n".join(capacity_lines(results))
 
 
+@pytest.mark.slow
 def test_a_probe_where_most_requests_fail_is_a_miss_not_the_end_of_the_run(tmp_path):
     # every answer takes 0.5 s and the client gives up after 0.2 s: every request of every probe times out
     url, server = start_fake_stream_server("--tokens", "10", "--token-ms", "50")

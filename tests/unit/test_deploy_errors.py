@@ -1,5 +1,7 @@
 """What the harness says when a server fails: the root cause in one line, not a traceback."""
 
+import pytest
+
 from dspark_bench.loadtests.deploy.base import failure_summary, root_cause
 
 VLLM_OOM = """$ .venv/bin/python -m dspark_serve.serve --model models/tiny-json
@@ -139,6 +141,7 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 """
 
 
+@pytest.mark.slow
 def test_servers_that_share_a_gpu_start_one_after_another(tmp_path, monkeypatch):
     """vLLM sizes its KV cache from the GPU memory free while it profiles: a neighbour starting beside it takes
     that memory. So servers that share a GPU start once the one before is ready; on a CPU their starts overlap."""

@@ -53,6 +53,7 @@ def test_a_closed_loop_holds_its_load_until_its_last_measured_answer(tmp_path):
     assert metrics.achieved_concurrency >= MIN_CONCURRENCY_SHARE * 8, metrics.achieved_concurrency
 
 
+@pytest.mark.slow
 def test_locusts_own_cli_ends_a_counted_swarm_after_its_last_measured_answer(tmp_path):
     """``locust -f locustfile.py --requests N``: the swarm ends once its N measured answers are in; the tails
     the free users send meanwhile (here while the 3rd answer, 30x as long, runs) count toward none of them."""
@@ -91,6 +92,7 @@ def _open_loop(server: str, tmp_path, rate: float, users: int, count: int, poiss
     return level_metrics(plan.records), sorted(r.t_send - r.t_scheduled for r in plan.records if r.t_scheduled is not None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("poisson", [True, False])
 def test_open_loop_sends_at_its_rate_whatever_the_answers_take(fast_server, tmp_path, poisson):
     metrics, lags = _open_loop(fast_server, tmp_path, rate=40.0, users=64, count=120, poisson=poisson)
@@ -102,6 +104,7 @@ def test_open_loop_sends_at_its_rate_whatever_the_answers_take(fast_server, tmp_
     assert lags[len(lags) // 2] < 0.05 and 4 < metrics.achieved_concurrency < 16, (lags, metrics.achieved_concurrency)
 
 
+@pytest.mark.slow
 def test_an_open_loop_that_cannot_keep_up_is_flagged(fast_server, tmp_path):
     from dspark_bench.loadtests.metrics import level_problems
 

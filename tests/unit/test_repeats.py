@@ -66,6 +66,7 @@ def test_every_repeat_and_level_gets_prompts_of_its_own():
     assert small is not None and "50 distinct prompts" in small and "138" in small
 
 
+@pytest.mark.slow
 def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_repeats_a_prompt_at_any_level_repeats(fast_server, tmp_path):
     config = load_config(
         None, arms="baseline,baseline-constrained", urls={"baseline": fast_server, "baseline-constrained": fast_server},
@@ -107,6 +108,7 @@ def test_level_repeats_run_some_levels_more_often_with_prompts_of_their_own():
         load_config(None, rates=[1.0], level_repeats={1: 4})
 
 
+@pytest.mark.slow
 def test_a_time_budget_adds_rounds_while_they_fit_and_each_gets_prompts_of_its_own(fast_server, tmp_path):
     def sweep(name: str, minutes: float):
         config = load_config(

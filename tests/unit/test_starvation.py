@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from dspark_bench.loadtests.config import load_config
 from dspark_bench.loadtests.metrics import STARVED_WAIT_SHARE
 from dspark_bench.loadtests.sweep import run_sweep
@@ -13,6 +15,7 @@ from dspark_bench.reports.gate import Thresholds, evaluate
 HOG = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
 
+@pytest.mark.slow
 def test_a_starved_load_generator_invalidates_its_level_and_fails_the_gate(fast_server, tmp_path):
     cpu = min(os.sched_getaffinity(0))
     # eight busy processes on the load generator's one CPU: when it is ready to run, it waits behind them. A

@@ -61,6 +61,7 @@ def _sweep(fast_server, tmp_path, name: str, **settings):
     return run_sweep(config, tmp_path / name), tmp_path / name
 
 
+@pytest.mark.slow
 def test_an_open_loop_sweep_through_two_workers_loses_no_record(fast_server, tmp_path):
     results, run_dir = _sweep(fast_server, tmp_path, "open", rates=[10.0, 20.0, 40.0], requests_per_level=40, arrival="constant")
     assert results.complete
@@ -73,6 +74,7 @@ def test_an_open_loop_sweep_through_two_workers_loses_no_record(fast_server, tmp
         assert not level.health.load_problems, level.health.problems  # the machine's noise aside (CI shares it)
 
 
+@pytest.mark.slow
 def test_a_closed_loop_sweep_through_two_workers_holds_its_users(fast_server, tmp_path):
     results, run_dir = _sweep(fast_server, tmp_path, "closed", levels=[1, 5], requests_per_level=24)
     records = [r for r in read_records(run_dir) if not r.tail]
@@ -81,6 +83,7 @@ def test_a_closed_loop_sweep_through_two_workers_holds_its_users(fast_server, tm
         assert level.metrics.achieved_concurrency >= 0.9 * level.level, (level.level, level.metrics.achieved_concurrency)
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_stops_the_run_with_one_line(fast_server, tmp_path):
     from dspark_bench.loadtests import workers
 
@@ -103,6 +106,7 @@ def test_a_worker_that_dies_stops_the_run_with_one_line(fast_server, tmp_path):
     assert not results["complete"] and "worker" in results["error"]
 
 
+@pytest.mark.slow
 def test_locusts_own_cli_runs_an_open_loop_through_two_workers(fast_server, tmp_path):
     """``locust -f locustfile.py --processes 2 --rate R`` (what ``dspark-bench ui --rate R --workers 2``
     runs): the master's plan reaches both workers, which send at R per second together."""
