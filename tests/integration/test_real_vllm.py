@@ -279,3 +279,24 @@ def test_a_trace_replays_at_its_own_times_on_a_real_server(stock_server, tmp_pat
     sends = [r["t_send"] for r in records]
     assert metrics["scheduled_rate"] == pytest.approx((len(rows) - 1) / (rows[-1]["timestamp"] / 1000), rel=1e-3)
     assert metrics["achieved_rate"] == pytest.approx((len(records) - 1) / (max(sends) - records[0]["t_scheduled"]), rel=1e-6)
+
+
+def test_a_run_whose_answers_are_cut_says_so_beside_its_speed_up(stock_server, tmp_path):
+    """Answers cut at max_tokens measure how fast a model repeats, not how fast it serves: the summary, the
+    level's health and the report's verdict say so (two arms on the one server, every answer cut at 12 tokens)."""
+    url = stock_server.base_url
+    out = subprocess.run(
+        [sys.executable, "-m", "dspark_bench", "bench", "--url", f"baseline={url}", "--url", f"baseline-constrained={url}",
+         "--arms", "baseline,baseline-constrained", "--levels", "1", "--requests", "3", "--warmup", "0",
+         "--max-tokens", "12", "--out", str(tmp_path), "--name", "cut"],  # fmt: skip
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = tmp_path / "cut"
+    levels = json.loads((run / "results.json").read_text())["levels"]
+    assert levels and all(level["metrics"]["rate_truncated"] == 1.0 for level in levels)
+    assert all("cut at max_tokens: the model does not finish these answers" in level["health"]["warnings"][0] for level in levels)
+    assert "warning: order_extraction at 1, baseline: 100% of the answers were cut at max_tokens" in out.stdout
+    header, *rows = [line for line in out.stdout.splitlines() if line.lstrip().startswith(("scenario", "order_extraction"))]
+    assert header.split()[-1] == "warn" and all(row.split()[-1] == "CUT" for row in rows)
+    assert "Not a speed-up of served answers at 1:" in (run / "report.html").read_text()
