@@ -289,11 +289,12 @@ def pause_problems(longest_silence_ms: float | None, itl_p99_ms: float | None) -
     ]
 
 
-def level_warnings(metrics: LevelMetrics) -> tuple[str, ...]:
+def level_warnings(metrics: LevelMetrics, cost_only: bool = False) -> tuple[str, ...]:
     """What a reader must know before trusting a level's speed figures, though the level was measured
-    cleanly: most answers that never finished. () when there is nothing to say. Pure."""
+    cleanly: most answers that never finished. () when there is nothing to say, and for a ``cost_only`` run
+    (dummy weights: its answers run to max_tokens by nature, which says nothing of a model). Pure."""
     truncated = metrics.rate_truncated or 0.0
-    if metrics.requests and truncated >= TRUNCATED_WARN_SHARE:
+    if not cost_only and metrics.requests and truncated >= TRUNCATED_WARN_SHARE:
         return (
             f"{truncated:.0%} of the answers were cut at max_tokens: the model does not finish these answers, "
             "so the speed figures measure how fast it repeats, not how fast it serves the workload",
@@ -377,7 +378,7 @@ def level_health(
     """A level's health from its metrics, its load generator's cost (``machine.client_load``), the noise
     beside it (``machine.cpu_noise``) and how long its processes waited for a CPU (``machine.starvation``):
     a starved load generator sends and reads late, so the level does not measure the server. ``cost_only``: a
-    model with dummy weights (``RunConfig.cost_only``), whose cut answers say nothing of the model. Pure."""
+    model with dummy weights (``RunConfig.cost_only``, ``level_warnings``). Pure."""
     waits = waits or {}
     client_share = client.get("client_cpu_share")
     if open_loop_rate is not None:  # held to the rate its schedule really asked for
@@ -395,7 +396,7 @@ def level_health(
     return LevelHealth(
         valid=not problems,
         problems=tuple(problems),
-        warnings=() if cost_only else level_warnings(metrics),  # dummy weights never finish an answer: nothing to warn of
+        warnings=level_warnings(metrics, cost_only),
         incomplete=incomplete,
         prefix_cache_reset=prefix_cache_reset,
         client_cpu_s_per_request=client.get("client_cpu_s_per_request"),

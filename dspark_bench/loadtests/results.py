@@ -254,7 +254,7 @@ def levels_frame(results: RunResults) -> pd.DataFrame:
         row.update(asdict(level.metrics))
         row.update(asdict(level.health))
         row["problems"] = "; ".join(level.health.problems)
-        row["warnings"] = "; ".join(level.health.warnings or level_warnings(level.metrics))  # runs from before the field too
+        row["warnings"] = "; ".join(level.health.warnings or level_warnings(level.metrics, results.config.cost_only))  # runs from before the field too
         row.update({f"server:{k}": v for k, v in level.server.items()})
         rows.append(row)
     columns = ["arm", "scenario", "mode", "level", "repeat", *(f.name for f in fields(LevelMetrics)), *HEALTH_COLUMNS]

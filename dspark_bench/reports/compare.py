@@ -119,12 +119,14 @@ class Comparison:
         return None if found is None else found.ratio
 
 
-def level_warning_map(levels: Iterable[tuple[Key, LevelMetrics, tuple[str, ...]]]) -> dict[Key, tuple[str, ...]]:
+def level_warning_map(
+    levels: Iterable[tuple[Key, LevelMetrics, tuple[str, ...]]], cost_only: bool = False
+) -> dict[Key, tuple[str, ...]]:
     """The warnings of each (scenario, level, arm): those of its repeat with the most answers cut (stored, or
     those its metrics call for in runs from before they were stored); absent where no repeat has any."""
     worst: dict[Key, tuple[float, tuple[str, ...]]] = {}
     for key, metrics, stored in levels:
-        said = stored or level_warnings(metrics)
+        said = stored or level_warnings(metrics, cost_only)
         if said and (key not in worst or metrics.rate_truncated > worst[key][0]):
             worst[key] = (metrics.rate_truncated, said)
     return {key: said for key, (_rate, said) in worst.items()}
@@ -148,9 +150,8 @@ def build_comparison(results: RunResults, records: pd.DataFrame | None = None) -
         for (scenario, level, arm), mine in speeds.items():
             if (paired := paired_ratio(speeds.get((scenario, level, REFERENCE_ARM)), mine)) is not None:
                 finished[(scenario, level, arm)] = paired
-    # a cost-only model's answers run to max_tokens by nature: no warning that the model does not finish them
-    warned = {} if results.config.cost_only else level_warning_map(
-        ((lv.scenario, lv.level, lv.arm), lv.metrics, lv.health.warnings) for lv in results.levels
+    warned = level_warning_map(
+        (((lv.scenario, lv.level, lv.arm), lv.metrics, lv.health.warnings) for lv in results.levels), results.config.cost_only
     )
     return Comparison(
         throughput=ratios(frame, REFERENCE_ARM, metric),
