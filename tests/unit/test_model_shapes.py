@@ -87,6 +87,9 @@ def test_a_cost_only_runs_ratios_are_over_raw_tokens_and_validity_is_not_reporte
     raw = ratios(frame, "baseline-constrained", RAW_THROUGHPUT)
     assert {key: paired.ratio for key, paired in comparison.throughput.items()} == {key: paired.ratio for key, paired in raw.items()}
     assert build_comparison(results).metric == THROUGHPUT
+    # a quarter of these answers were cut: a warning for a real model, none for dummy weights (levels.csv too)
+    assert build_comparison(results).warnings and not comparison.warnings
+    assert not levels_frame(shaped)["warnings"].str.len().any()
     summary = summary_frame(shaped, comparison=comparison)
     assert "raw tok/s" in summary and "eff tok/s" not in summary and "invalid JSON" not in summary
     assert "raw tok/s" in format_summary(summary, compact=True).splitlines()[0]
