@@ -37,7 +37,8 @@ def test_a_shaped_model_serves_with_dummy_weights_and_the_run_says_it_is_cost_on
     ngram = results["arms"]["vllm-ngram"]["argv"]
     assert json.loads(ngram[ngram.index("--speculative-config") + 1])["method"] == "ngram"  # this CPU's
     records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
-    assert records and all(r["status"] == 200 and r["output_tokens"] for r in records)  # every request answered
+    measured = [r for r in records if not r["tail"]]  # a tail request still in flight at the level's end is cancelled
+    assert measured and all(r["status"] == 200 and r["output_tokens"] for r in measured)  # every measured request answered
     # the summary says what the figures are over, and gives the peer's ratio over raw tokens
     assert "cost-only: a" in out.stdout and "raw output tok/s" in out.stdout and "raw tok/s" in out.stdout
     assert "eff tok/s" not in out.stdout
