@@ -155,6 +155,10 @@ class RunConfig:
                                            help="after every level's own repeats, more rounds while a level's next round fits "
                                            "in this many minutes from the first level's start (judged by its slowest round "
                                            "so far): a fast machine narrows its intervals, a slow one stops at its own repeats")
+    remeasure: int = setting(1, kind=int, example="1", ui=False, metavar="ROUNDS",
+                             help="rounds a level may run once more, for every arm, when the machine disturbed it (some "
+                             "arm's level was not a measurement: a pause, a starved load generator, other work on the "
+                             "CPU), so its ratios keep the rounds asked for; 0: never. Not with primed arms")
     max_tokens: int = setting(MAX_TOKENS, kind=int, example="512", help="max_tokens of every request")
     temperature: float = setting(TEMPERATURE, kind=(int, float), example="0.0",
                                  help="temperature of every request (0: greedy, as the article)")
@@ -224,6 +228,12 @@ class RunConfig:
     def repeats_at(self, level: float) -> int:
         """How many times each arm runs one level: ``level_repeats`` where it names the level, else ``repeats``."""
         return self.repeats if self.rates else self.level_repeats.get(int(level), self.repeats)
+
+    @property
+    def remeasure_rounds(self) -> int:
+        """Rounds a disturbed level may add (``remeasure``); none with a primed arm, which is primed with every
+        prompt of the run before it starts, so a round not known then would find its prompts cold."""
+        return 0 if any(self.arm(name).primed for name in self.arms) else self.remeasure
 
     @property
     def most_repeats(self) -> int:
@@ -381,6 +391,7 @@ def validate_config(config: RunConfig) -> RunConfig:
         ("requests_per_level", config.requests_per_level, 1),
         ("warmup_requests", config.warmup_requests, 0),
         ("repeats", config.repeats, 1),
+        ("remeasure", config.remeasure, 0),
         ("max_tokens", config.max_tokens, 1),
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:

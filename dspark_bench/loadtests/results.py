@@ -199,6 +199,9 @@ def saved_config(raw: dict[str, Any]) -> RunConfig:
         values[name] = value
     if "mode" in values:
         values["mode"] = Mode(values["mode"])
+    for name in ("level_repeats", "level_requests"):  # JSON wrote their levels as text
+        if name in values:
+            values[name] = {int(level): int(count) for level, count in values[name].items()}
     values["custom_arms"] = tuple(
         Arm(**{**arm, "server_args": tuple(arm.get("server_args") or ()), "mode": Mode(arm["mode"]) if arm.get("mode") else None,
                "gpu_server_args": None if arm.get("gpu_server_args") is None else tuple(arm["gpu_server_args"])})

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -212,10 +213,17 @@ def _run_rounds(
     ``budget_minutes``, each level whose slowest round so far still fits before the budget ends. Repeats are
     the outer loop: a level's repeats fall at different times of the run, so slow drift of the machine shows
     in their spread (and in the intervals) instead of hiding between runs. Extra rounds depend on the time
-    left, never on the figures measured, so stopping does not bias them."""
+    left, never on the figures measured, so stopping does not bias them.
+
+    A round in which some arm's level was not a measurement (``LevelHealth.valid`` False: a pause, a starved
+    load generator, other work on the CPU) earns that level one more round for every arm, up to ``remeasure``
+    times (``RunConfig.remeasure_rounds``): its ratios pair only rounds in which every arm measured, so the level keeps
+    the rounds it was asked for. The disturbed round stays in the results, marked not valid."""
     config = results.config
     deadline = time.monotonic() + 60 * config.budget_minutes if config.budget_minutes else None
     slowest: dict[tuple[str, int], float] = {}  # (scenario, level index) -> its slowest round, all arms
+    remeasured: Counter[tuple[str, int]] = Counter()  # (scenario, level index) -> rounds added for a disturbed one
+    most_remeasured = config.remeasure_rounds
     repeat = 0
     while True:
         ran = False
@@ -223,7 +231,7 @@ def _run_rounds(
             scenario = config.scenario(scenario_name)
             for level_index, level in enumerate(config.rates or config.levels):
                 key = (scenario_name, level_index)
-                if repeat >= config.repeats_at(level):
+                if repeat >= config.repeats_at(level) + remeasured[key]:
                     if deadline is None or time.monotonic() + slowest.get(key, float("inf")) > deadline:
                         continue
                     if not ran:
@@ -233,6 +241,7 @@ def _run_rounds(
                 block = prompt_block(config, repeat, level_index)
                 samples = level_samples(scenario, block)
                 order = arms if (level_index + repeat) % 2 == 0 else arms[::-1]  # alternate who goes first
+                first = len(results.levels)
                 for arm_name in order:
                     endpoint = endpoints[arm_name]
                     # every arm starts the level with an empty prefix cache, emptied just before it: none
@@ -254,6 +263,11 @@ def _run_rounds(
                     )
                     _measure_level(results, endpoint, plan, scenario.name, pool, cache_reset[arm_name])
                 slowest[key] = max(slowest.get(key, 0.0), time.monotonic() - started)
+                disturbed = [done.arm for done in results.levels[first:] if done.health.valid is False]
+                if disturbed and remeasured[key] < most_remeasured:
+                    remeasured[key] += 1
+                    print(f"  level {_label(plan)} of round {repeat + 1} was not a measurement for {', '.join(disturbed)}: "
+                          f"one more round of it for every arm ({remeasured[key]} of remeasure {most_remeasured})", flush=True)  # fmt: skip
         if not ran:
             return
         repeat += 1

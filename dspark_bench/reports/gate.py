@@ -30,7 +30,7 @@ import pandas as pd
 from dspark_bench.files import FileProblem, read_yaml_mapping
 from dspark_bench.loadtests.arms import REFERENCE_ARM
 from dspark_bench.loadtests.machine import MachineFacts
-from dspark_bench.loadtests.results import RunResults, levels_frame
+from dspark_bench.loadtests.results import RunResults, levels_frame, measurements
 from dspark_bench.reports.compare import P95, THROUGHPUT, Key, ratios
 from dspark_bench.reports.history import MIN_HISTORY, history_limit
 from dspark_bench.reports.intervals import PairedRatio
@@ -89,7 +89,7 @@ class Check:
 
     @property
     def lower_bound(self) -> bool:
-        return self.check.startswith("speed") or self.check in ("run complete", "mean acceptance length")
+        return self.check.startswith("speed") or self.check in ("run complete", "mean acceptance length", MEASUREMENT_CHECK)
 
 
 def load_thresholds(path: str | Path) -> Thresholds:
@@ -170,27 +170,50 @@ def _acceptance_length(results: RunResults, arm: str, level: int) -> float:
     return 1.0 + accepted / drafts if drafts else 1.0
 
 
-def _measured_cleanly(results: RunResults, stats) -> list[Check]:
+def clean_rounds(frame: pd.DataFrame) -> dict[tuple[str, int], int]:
+    """(scenario, level) -> the rounds (repeats) in which every arm's level was a measurement: the rounds its
+    ratios pair. Pure."""
+    if frame.empty:
+        return {}
+    found = {}
+    for (scenario, level), rows in frame.groupby(["scenario", "level"]):
+        arms = rows["arm"].nunique()
+        clean = measurements(rows)
+        clean = clean[(clean["problems"] == "") & ~clean["incomplete"].astype(bool)]  # a run before ``valid`` too
+        measured = clean.groupby("repeat")["arm"].nunique()
+        found[(str(scenario), int(level))] = int((measured == arms).sum())
+    return found
+
+
+def _measured_cleanly(results: RunResults, stats, frame: pd.DataFrame) -> list[Check]:
     """A gate reads only runs that finished and levels that held their load and were measured cleanly.
 
     A level whose load generator was starved of CPU has a problem of its own (``LevelHealth``), and fails
-    here. Streams read in one piece with a load generator that was not starved are the server's own
-    behaviour (stock vLLM's API server on two cores can hold its whole answer at one user): reported, not
-    failed. Runs that did not measure the waits fall back on the streams: a stall fails a level when no
-    arm of the run streamed cleanly there."""
+    here, unless the sweep measured it again (``RunConfig.remeasure``) until its ratios had as many rounds
+    in which every arm measured as the run asked for: then the check passes and says so. Streams read in one
+    piece with a load generator that was not starved are the server's own behaviour (stock vLLM's API server
+    on two cores can hold its whole answer at one user): reported, not failed. Runs that did not measure the
+    waits fall back on the streams: a stall fails a level when no arm of the run streamed cleanly there."""
     complete = results.complete
     checks = [Check("run complete", "all", None, float(complete), 1.0, complete, "" if complete else str(results.error))]
     cleanest: dict[tuple[str, int], float] = {}
     for (scenario, _arm, level), row in stats.items():
         cleanest[(scenario, level)] = min(cleanest.get((scenario, level), 1.0), row["stalled"])
+    rounds = clean_rounds(frame)
     for (scenario, arm, level), row in sorted(stats.items()):
         why = [row["problems"]] if row["problems"] else []
         if row["incomplete"]:
             why.append("the level did not finish")
-        if not row["waits_measured"] and row["stalled"] > MAX_STALLED and cleanest[(scenario, level)] > MAX_STALLED:
+        stalled = not row["waits_measured"] and row["stalled"] > MAX_STALLED and cleanest[(scenario, level)] > MAX_STALLED
+        if stalled:
             why.append(f"{row['stalled']:.0%} of streams arrived in one piece, and no arm streamed cleanly at this level")
         if why:
-            checks.append(Check(MEASUREMENT_CHECK, arm, level, row["stalled"], MAX_STALLED, False, "; ".join(why), scenario))
+            clean, wanted = rounds.get((scenario, level), 0), results.config.repeats_at(level)
+            remeasured = not row["incomplete"] and not stalled and clean >= wanted
+            said = "; ".join(why)
+            if remeasured:
+                said = f"measured again: {clean} round(s) in which every arm measured, of {wanted} asked for; the round the machine disturbed: {said}"
+            checks.append(Check(MEASUREMENT_CHECK, arm, level, float(clean), float(wanted), remeasured, said, scenario))
     return checks
 
 
@@ -210,7 +233,7 @@ def evaluate(
     frame = levels_frame(results)
     stats = _by_arm_level(results, frame)
     speedups, p95s = ratios(frame, thresholds.against, THROUGHPUT), ratios(frame, thresholds.against, P95)
-    checks: list[Check] = _measured_cleanly(results, stats)
+    checks: list[Check] = _measured_cleanly(results, stats, frame)
     machine_class = cpu_class(results.machine)
     min_speedup = thresholds.by_cpu.get(machine_class, thresholds.min_speedup)
     scenarios = sorted({scenario for scenario, _arm, _level in stats}) or [""]

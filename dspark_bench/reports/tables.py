@@ -44,6 +44,13 @@ VALIDITY_COLUMNS = ("effective_tok_s", "invalid_json_rate", "goodput_req_s", "go
 RATE_COLUMNS = ("invalid JSON", "truncated", "http error", "timeout", "stalled streams", "other CPU", "prefix hit", "grammar drafts", "repeat drafts")
 
 
+def _rounds_ok(valid: pd.Series) -> str:
+    """A level's rounds as the summary shows them: yes (every one a measurement), NO (none), or 3/4 (how many
+    were, where the machine disturbed some and the sweep measured the level again). Pure."""
+    measured = int((valid != False).sum())  # noqa: E712 - None: a run before the checks
+    return "yes" if measured == len(valid) else "NO" if measured == 0 else f"{measured}/{len(valid)}"
+
+
 def summary_frame(results: RunResults, records: pd.DataFrame | None = None, comparison: Comparison | None = None) -> pd.DataFrame:
     """Median over repeats per (scenario, level, arm), with each arm's effective-throughput ratio to the
     reference arm (``SPEEDUP_COLUMN`` and its interval, from ``comparison``; NaN where the run has no
@@ -58,9 +65,9 @@ def summary_frame(results: RunResults, records: pd.DataFrame | None = None, comp
     if comparison.metric == RAW_THROUGHPUT:  # a cost-only run: no answer of dummy weights is worth validating
         metrics = [c for c in metrics if c not in VALIDITY_COLUMNS]
     grouped = df.groupby(["scenario", "level", "arm"], sort=True)[metrics].median().reset_index()
-    if df["valid"].notna().any():  # a (scenario, level, arm) with any repeat that did not hold its load is flagged
-        failed = df.groupby(["scenario", "level", "arm"], sort=True)["valid"].agg(lambda v: bool((v == False).any()))  # noqa: E712
-        grouped["level ok"] = ["NO" if bad else "yes" for bad in failed.reset_index(drop=True)]
+    if df["valid"].notna().any():  # a (scenario, level, arm) with a repeat that was not a measurement is flagged
+        ok = df.groupby(["scenario", "level", "arm"], sort=True)["valid"].agg(_rounds_ok)
+        grouped["level ok"] = list(ok.reset_index(drop=True))
     keys = list(zip(grouped["scenario"], grouped["level"], grouped["arm"], strict=True))
     grouped[SPEEDUP_COLUMN] = _column(comparison.throughput, keys)
     grouped[INTERVAL_COLUMN] = [interval_text(comparison.throughput.get(key)) for key in keys]

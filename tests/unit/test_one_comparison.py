@@ -96,3 +96,20 @@ def test_the_gate_checks_the_comparisons_ratios(run):
     for check in checks:
         paired = comparison.throughput.get((check.scenario, float(check.level), check.arm))
         assert (check.measured != check.measured) if paired is None else check.measured == paired.ratio
+
+
+def test_the_summary_says_how_many_of_a_levels_rounds_were_measurements():
+    """A level measured again after the machine disturbed a round reads 2/3, not NO: its ratio pairs the rounds
+    that measured (the disturbed round is out of it)."""
+    from tests.made_results import made_run
+
+    def level(arm, repeat, eff, **health):
+        return {"arm": arm, "scenario": "s", "level": 8, "repeat": repeat, "metrics": {"effective_tok_s": eff, **health}}
+
+    run = made_run([
+        level(REFERENCE_ARM, 0, 50, level_valid=False, level_problems="the server paused"), level("dspark", 0, 200, level_valid=True),
+        *(level(arm, r, eff, level_valid=True) for r in (1, 2) for arm, eff in ((REFERENCE_ARM, 100), ("dspark", 200))),
+    ])  # fmt: skip
+    summary = summary_frame(run).set_index("arm")
+    assert summary.loc[REFERENCE_ARM, "level ok"] == "2/3" and summary.loc["dspark", "level ok"] == "yes"
+    assert summary.loc["dspark", SPEEDUP_COLUMN] == pytest.approx(2.0)  # 200/100 twice, never 200/50

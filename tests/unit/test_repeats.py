@@ -131,3 +131,57 @@ def test_a_time_budget_adds_rounds_while_they_fit_and_each_gets_prompts_of_its_o
     assert {level.repeat for level in tiny.levels} == {0}
     with pytest.raises(ConfigError, match="budget_minutes"):
         load_config(None, levels="1", arms="baseline,oracle", budget_minutes=5)
+
+
+@pytest.mark.slow
+def test_a_level_the_machine_disturbed_runs_once_more_for_every_arm_up_to_remeasure(fast_server, tmp_path, monkeypatch):
+    """A round where some arm's level was not a measurement earns that level one more round for every arm, with
+    prompts of its own; at most ``remeasure`` times; the disturbed round stays in the results, not valid."""
+    from dataclasses import replace
+
+    import dspark_bench.loadtests.sweep as sweep_module
+
+    real_health = sweep_module.level_health
+    calls_at_two: list[int] = []  # the levels at 2 users measured so far, in the sweep under way
+    disturbed: set[int] = set()  # which of them the machine "disturbed"
+
+    def health(level, metrics, *args, **kwargs):
+        found = real_health(level, metrics, *args, **kwargs)
+        if level != 2:
+            return found
+        calls_at_two.append(level)
+        if len(calls_at_two) - 1 in disturbed and not found.problems:
+            return replace(found, valid=False, problems=("the server paused: made by the test",))
+        return found
+
+    monkeypatch.setattr(sweep_module, "level_health", health)
+
+    def sweep(name: str, remeasure: int):
+        config = load_config(
+            None, arms="baseline,baseline-constrained", urls={"baseline": fast_server, "baseline-constrained": fast_server},
+            scenarios="order_extraction", levels="1,2", requests_per_level=2, warmup_requests=1, repeats=1,
+            remeasure=remeasure, output_dir=str(tmp_path), run_name=name,
+        )  # fmt: skip
+        results = run_sweep(config, tmp_path / name)
+        assert results.complete
+        return results
+
+    disturbed.update({0, 2})  # the first arm of the first round, and of the round added for it
+    results = sweep("run", 1)
+    rounds = Counter((level.level, level.repeat) for level in results.levels)
+    assert rounds == {(1, 0): 2, (2, 0): 2, (2, 1): 2}  # one round more at 2 users only, and no more than one
+    assert [level.health.valid for level in results.levels if level.level == 2].count(False) == 2
+    records = list(read_records(tmp_path / "run"))
+    assert max(Counter((r.arm, r.seed) for r in records).values()) == 1  # the added round's prompts are its own
+    calls_at_two.clear()
+    disturbed.clear()
+    disturbed.add(0)
+    never = sweep("never", 0)
+    assert Counter((level.level, level.repeat) for level in never.levels) == {(1, 0): 2, (2, 0): 2}
+
+
+def test_remeasure_is_a_count_and_a_primed_arm_turns_it_off():
+    assert load_config(None, levels="1").remeasure_rounds == 1  # the default
+    assert load_config(None, levels="1", arms="baseline,oracle", remeasure=2).remeasure_rounds == 0  # primed before it starts
+    with pytest.raises(ConfigError, match="remeasure"):
+        load_config(None, levels="1", remeasure=-1)
