@@ -6,6 +6,9 @@ on a 2-core AMD EPYC) but answers ~6x slower (18 tok/s at 1 user), which costs m
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
+
 import pytest
 
 from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
@@ -14,6 +17,15 @@ from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
 from dspark_bench.loadtests.deploy.servers import common_server_args, vllm_launcher
 
 TEST_SERVER_ARGS: tuple[str, ...] = tuple(common_server_args(load_config()))
+
+
+def one_core_each(specs: list[ServerSpec]) -> list[ServerSpec]:
+    """``specs`` with each server's OpenMP threads bound to a core of its own in turn. vLLM CPU's automatic
+    binding puts every server's worker, and so its torch.compile, on the first core and keeps the last for
+    the rest: servers started together compile one after another on one core while the other idles (five
+    took 413 s on 2 cores). A benchmark's arms keep vLLM's binding: they serve one at a time, as users run them."""
+    cores = sorted(os.sched_getaffinity(0))
+    return [replace(spec, env={**spec.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)])}) for i, spec in enumerate(specs)]
 
 
 @pytest.fixture(scope="session")

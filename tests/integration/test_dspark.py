@@ -15,7 +15,7 @@ from dspark_bench.loadtests.server_metrics import scrape
 from dspark_bench.scenarios import Split, load_scenario
 from dspark_serve.engine_config import SWITCHES
 from studies.missing_drafter import write_missing_drafter
-from tests.integration.conftest import TEST_SERVER_ARGS
+from tests.integration.conftest import TEST_SERVER_ARGS, one_core_each
 
 pytestmark = pytest.mark.integration
 EXAMPLES = REPO_ROOT / "examples" / "requests.jsonl"
@@ -38,7 +38,7 @@ def servers(tmp_path_factory, stock_server):
     missing_flags = [*ARTICLE_FLAGS, "--dspark-draft-model", str(write_missing_drafter(tmp_path_factory.mktemp("missing")))]
     # vLLM's asynchronous scheduling, as vLLM runs these drafters on a GPU
     asynchronous = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(CPU_ASYNC), os.environ.get("PYTHONPATH")]))}
-    specs = [
+    specs = one_core_each([
         _dspark_spec("dspark", ARTICLE_FLAGS, env),
         # The drafter for models that ship no draft model: structure memory + prompt copy; with the
         # speculation gate off, so that every draft (grammar drafts too) is verified on any machine.
@@ -46,7 +46,7 @@ def servers(tmp_path_factory, stock_server):
         _dspark_spec("missing", missing_flags, env),
         _dspark_spec("async", ARTICLE_FLAGS, asynchronous),
         _dspark_spec("missing-async", missing_flags, asynchronous),
-    ]
+    ])
     try:
         yield {"stock": stock_server, **{spec.arm: endpoint for spec, endpoint in zip(specs, deployer.start_many(specs), strict=True)}}
     finally:

@@ -157,6 +157,9 @@ def test_servers_that_share_a_gpu_start_one_after_another(tmp_path, monkeypatch)
     specs = server_specs(load_config(), ["baseline-constrained", "dspark"], gpu_host)
     assert all(spec.shares_gpu for spec in specs) and "--gpu-memory-utilization" in specs[0].args
     assert not any(spec.shares_gpu for spec in server_specs(load_config(), ["baseline-constrained", "dspark"]))  # this CPU
+    # vLLM 0.32 on a CPU cannot load its AOT compile cache back: CPU arms use the older cache, GPU arms vLLM's default
+    assert all(spec.env["VLLM_USE_AOT_COMPILE"] == "0" for spec in server_specs(load_config(), ["baseline-constrained", "dspark"]))
+    assert not any("VLLM_USE_AOT_COMPILE" in spec.env for spec in specs)
 
     def started(endpoint) -> float:
         return float(endpoint.log_path.read_text().split("started at ")[1].split()[0])

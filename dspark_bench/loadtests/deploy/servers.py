@@ -69,6 +69,7 @@ def server_specs(config: RunConfig, arms: list[str], facts: MachineFacts | None 
     env = cpu_server_env()
     common = common_server_args(config, facts)
     if facts.gpu:
+        env.pop("VLLM_USE_AOT_COMPILE")  # vLLM's default there: the load failure was seen on a CPU only
         env.update(gpu_server_env())
         if not any(arg.split("=", 1)[0] == "--gpu-memory-utilization" for arg in common):
             common += ["--gpu-memory-utilization", str(gpu_memory_share(arms, config))]
