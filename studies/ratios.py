@@ -27,7 +27,7 @@ def paused_levels(run: Path) -> dict[LevelKey, str]:
     """(arm, scenario, level, repeat) -> why, for the levels of ``run``'s records during which the server paused."""
     paused = {}
     for key, metrics in recomputed_levels(run).items():
-        if problems := pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms):
+        if problems := pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms, metrics.silence_flush):
             paused[key] = problems[0]
     return paused
 

@@ -33,7 +33,7 @@ def main(runs: list[str]) -> int:
         found = []
         for (arm, _, level, repeat), metrics in recomputed_levels(run).items():
             if metrics.longest_silence_ms is not None and metrics.itl_p99_ms:
-                problems = pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms)
+                problems = pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms, metrics.silence_flush)
                 found.append((metrics.longest_silence_ms / metrics.itl_p99_ms, metrics.longest_silence_ms, arm, level, repeat, problems))
         found.sort(reverse=True)
         worst = ", ".join(f"{arm} {level:g} r{repeat} {silence:.0f} ms ({times:.1f}x)" for times, silence, arm, level, repeat, _ in found[:3])

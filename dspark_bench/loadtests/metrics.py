@@ -91,6 +91,11 @@ LATE_READ_SHARE = 0.01
 # at most 475 ms (``studies/silences.py``); the two pauses seen were 54x and 62x their P99.
 PAUSE_FLOOR_S = 1.0
 PAUSE_P99_MULTIPLE = 10.0
+# What ended it tells the engine from the way to the client: after the engine's own pause each answer gets
+# about a chunk per step; chunks the engine made while the API server or the load generator waited for a CPU
+# arrive together, dozens per answer (a 0.6 s hold at 8 users on 2 cores: every answer then ended at once).
+FLUSH_WINDOW_S = 0.01
+HELD_FLUSH = 3.0
 # A level where this share of an arm's answers or more was cut at max_tokens measured a model that does not
 # finish its answers: its speed is the speed of writing until the limit (a loop inside a string, say), which a
 # drafter can guess, not the speed of serving the workload. Said beside every figure; the level stays a
@@ -162,6 +167,7 @@ class LevelMetrics:
     cached_prompt_share_by_turn: list[float | None] | None = None  # turn 1, 2, ... of the sessions
     span_s: float | None = None  # the throughput span every throughput is over (None: results that predate it)
     longest_silence_ms: float | None = None  # longest time no streaming answer received anything (``longest_silence_s``)
+    silence_flush: float | None = None  # chunks per answer that ended it within 10 ms (``silence_flush``)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -244,49 +250,78 @@ def scheduled_rate(records: Sequence[RequestRecord]) -> float | None:
     return _per_second([r.t_scheduled for r in records if not r.warmup and r.t_scheduled is not None])
 
 
-def longest_silence_s(records: Sequence[RequestRecord]) -> float | None:
-    """The longest time during which some answer was streaming (its first content to its last byte) and no
-    answer received anything, over every record of a level (warm-up and tails too); None where no answer
-    streamed. Pure."""
-    arrivals: list[float] = []
+def _arrivals(records: Sequence[RequestRecord]) -> tuple[list[tuple[float, int]], list[list[float]]]:
+    """Every time some answer received something (its first content, each chunk, its last byte) with the
+    answer's index, sorted, and the union of the answers' streaming spans (first content to last byte), in order."""
+    arrivals: list[tuple[float, int]] = []
     streams: list[tuple[float, float]] = []
-    for record in records:
+    for index, record in enumerate(records):
         if record.t_first_token is None or record.t_last_byte is None:
             continue
         streams.append((record.t_first_token, record.t_last_byte))
-        arrivals.append(record.t_first_token)
-        arrivals.extend(record.t_first_token + np.cumsum(record.itl_ms or ()) / 1000.0)
-        arrivals.append(record.t_last_byte)
-    if not streams:
-        return None
-    covered: list[list[float]] = []  # the union of the streams, in order
+        times = [record.t_first_token, *(record.t_first_token + np.cumsum(record.itl_ms or ()) / 1000.0), record.t_last_byte]
+        arrivals.extend((float(t), index) for t in times)
+    covered: list[list[float]] = []
     for start, end in sorted(streams):
         if covered and start <= covered[-1][1]:
             covered[-1][1] = max(covered[-1][1], end)
         else:
             covered.append([start, end])
+    return sorted(arrivals), covered
+
+
+def longest_silence(records: Sequence[RequestRecord]) -> tuple[float, float] | None:
+    """(seconds, when it ended) of the longest time during which some answer was streaming and no answer
+    received anything, over every record of a level (warm-up and tails too); None where no answer streamed.
+    Pure."""
+    arrivals, covered = _arrivals(records)
+    if not covered:
+        return None
     starts = [start for start, _ in covered]
-    arrivals.sort()
-    longest = 0.0
-    for before, after in zip(arrivals, arrivals[1:], strict=False):
+    longest, ended = 0.0, arrivals[0][0]
+    for (before, _), (after, _) in zip(arrivals, arrivals[1:], strict=False):
         stream = bisect.bisect_right(starts, before) - 1
-        if stream >= 0 and after <= covered[stream][1]:
-            longest = max(longest, after - before)
-    return longest
+        if stream >= 0 and after <= covered[stream][1] and after - before > longest:
+            longest, ended = after - before, after
+    return longest, ended
 
 
-def pause_problems(longest_silence_ms: float | None, itl_p99_ms: float | None) -> list[str]:
+def longest_silence_s(records: Sequence[RequestRecord]) -> float | None:
+    """The longest silence's length (``longest_silence``). Pure."""
+    return None if (silence := longest_silence(records)) is None else silence[0]
+
+
+def silence_flush(records: Sequence[RequestRecord]) -> float | None:
+    """What ended the longest silence: the chunks that arrived in the FLUSH_WINDOW_S after it, per answer that
+    received any. About one where the engine stepped again (a step sends each answer a chunk, a batch's first
+    tokens included); many where the engine went on and its chunks were held on their way, then read at once.
+    None without a silence. Pure."""
+    if (silence := longest_silence(records)) is None or silence[0] <= 0:
+        return None
+    arrivals, _ = _arrivals(records)
+    times = [t for t, _ in arrivals]
+    window = arrivals[bisect.bisect_left(times, silence[1]) : bisect.bisect_right(times, silence[1] + FLUSH_WINDOW_S)]
+    return len(window) / max(1, len({index for _, index in window}))
+
+
+def pause_problems(longest_silence_ms: float | None, itl_p99_ms: float | None, flush: float | None = None) -> list[str]:
     """A level during which the server (or the host) paused: nothing streamed for longer than
-    PAUSE_FLOOR_S and PAUSE_P99_MULTIPLE times its P99 gap between chunks. Pure."""
+    PAUSE_FLOOR_S and PAUSE_P99_MULTIPLE times its P99 gap between chunks. ``flush`` (``silence_flush``) says
+    which: chunks held and read at once (HELD_FLUSH or more per answer) mean the engine went on while the API
+    server or the load generator was off the CPU. Pure."""
     if longest_silence_ms is None or itl_p99_ms is None:
         return []
     limit_ms = max(PAUSE_FLOOR_S * 1000.0, PAUSE_P99_MULTIPLE * itl_p99_ms)
     if longest_silence_ms <= limit_ms:
         return []
-    return [
-        f"the server paused: no answer received anything for {longest_silence_ms / 1000:.1f} s while answers were "
-        f"streaming (limit {limit_ms / 1000:.1f} s: {PAUSE_P99_MULTIPLE:g}x the P99 gap between chunks, at least {PAUSE_FLOOR_S:g} s)"
-    ]
+    limit = f"(limit {limit_ms / 1000:.1f} s: {PAUSE_P99_MULTIPLE:g}x the P99 gap between chunks, at least {PAUSE_FLOOR_S:g} s)"
+    if flush is not None and flush >= HELD_FLUSH:
+        return [
+            f"the answers were held: nothing arrived for {longest_silence_ms / 1000:.1f} s while answers were streaming "
+            f"{limit}, then {flush:.0f} chunks per answer at once: the engine went on, and the API server or the load "
+            "generator held its chunks (off the CPU, or busy)"
+        ]
+    return [f"the server paused: no answer received anything for {longest_silence_ms / 1000:.1f} s while answers were streaming {limit}"]
 
 
 def level_warnings(metrics: LevelMetrics, cost_only: bool = False) -> tuple[str, ...]:
@@ -387,7 +422,7 @@ def level_health(
         problems = level_problems(level, metrics.achieved_concurrency, client_share)
     problems += noise_problems(noise)  # a level measured beside other work measures that work too
     problems += gpu_problems(gpu_others)
-    problems += pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms)
+    problems += pause_problems(metrics.longest_silence_ms, metrics.itl_p99_ms, metrics.silence_flush)
     client_wait = waits.get("client_wait_share")
     lateness = read_lateness(waits.get("client_wait_per_slice_ms"), metrics.latency_p50_ms)
     if client_starved(client_wait, lateness):
@@ -522,5 +557,6 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         new_connection_rate=float(np.mean(fresh)) if (fresh := [r.new_connection for r in measured if r.new_connection is not None]) else None,
         cached_prompt_share=cached_share(measured),
         longest_silence_ms=None if (silence := longest_silence_s(records)) is None else silence * 1000.0,
+        silence_flush=silence_flush(records),
         **session_metrics(measured),
     )

@@ -219,3 +219,19 @@ def test_longest_silence_is_time_no_streaming_answer_received_anything():
     apart = [_streamed(0.0, 0.1, steady + [2000.0]), _streamed(0.0, 0.1, [10.0] * 250), _streamed(10.0, 0.1, steady)]
     assert longest_silence_s(apart) == pytest.approx(0.01, abs=0.006)
     assert level_metrics(paused).longest_silence_ms == pytest.approx(2000.0, abs=11.0)
+
+
+def test_what_ended_a_silence_tells_an_engine_pause_from_chunks_held_on_their_way():
+    """After the engine's own pause each answer gets about a chunk per step; chunks the engine made while the API
+    server or the load generator did not read arrive together (session 51: 0.6 s held at 8 users, 32 per answer)."""
+    from dspark_bench.loadtests.metrics import pause_problems, silence_flush
+
+    steady = [10.0] * 40
+    engine_paused = [_streamed(0.0, 0.1, steady + [2010.0] + steady), _streamed(0.005, 0.1, steady + [2000.0] + steady)]
+    held = [_streamed(0.0, 0.1, steady + [2010.0] + [0.1] * 40), _streamed(0.005, 0.1, steady + [2000.0] + [0.1] * 40)]
+    assert silence_flush(engine_paused) == pytest.approx(1.0) and silence_flush(held) > 30
+    assert silence_flush([rec(0.0, None, 0.5, None, verdict="http_error")]) is None
+    paused, = pause_problems(2000.0, 20.0, silence_flush(engine_paused))
+    held_back, = pause_problems(2000.0, 20.0, level_metrics(held).silence_flush)
+    assert paused.startswith("the server paused") and held_back.startswith("the answers were held") and "42 chunks per answer" in held_back
+    assert pause_problems(500.0, 20.0, 41.0) == []  # within the limit, whatever ended it
