@@ -155,10 +155,10 @@ class RunConfig:
                                            help="after every level's own repeats, more rounds while a level's next round fits "
                                            "in this many minutes from the first level's start (judged by its slowest round "
                                            "so far): a fast machine narrows its intervals, a slow one stops at its own repeats")
-    remeasure: int = setting(1, kind=int, example="1", ui=False, metavar="ROUNDS",
+    remeasure: int = setting(0, kind=int, example="2", ui=False, metavar="ROUNDS",
                              help="rounds a level may run once more, for every arm, when the machine disturbed it (some "
                              "arm's level was not a measurement: a pause, a starved load generator, other work on the "
-                             "CPU), so its ratios keep the rounds asked for; 0: never. Not with primed arms")
+                             "CPU), so its ratios keep the rounds asked for (make gate: 2); 0: never. Not with primed arms")
     max_tokens: int = setting(MAX_TOKENS, kind=int, example="512", help="max_tokens of every request")
     temperature: float = setting(TEMPERATURE, kind=(int, float), example="0.0",
                                  help="temperature of every request (0: greedy, as the article)")
