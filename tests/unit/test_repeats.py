@@ -108,17 +108,23 @@ def test_level_repeats_run_some_levels_more_often_with_prompts_of_their_own():
         load_config(None, rates=[1.0], level_repeats={1: 4})
 
 
+def _two_arm_sweep(server: str, out, name: str, **settings):
+    """Two arms on one fast fake server, one round of levels 1 and 2 of two requests each, and ``settings``."""
+    config = load_config(
+        None, arms="baseline,baseline-constrained", urls={"baseline": server, "baseline-constrained": server},
+        scenarios="order_extraction", levels="1,2", requests_per_level=2, warmup_requests=1, repeats=1,
+        output_dir=str(out), run_name=name, **settings,
+    )  # fmt: skip
+    results = run_sweep(config, out / name)
+    assert results.complete
+    return results
+
+
 @pytest.mark.slow
 def test_a_time_budget_adds_rounds_while_they_fit_and_each_gets_prompts_of_its_own(fast_server, tmp_path):
     def sweep(name: str, minutes: float):
-        config = load_config(
-            None, arms="baseline,baseline-constrained", urls={"baseline": fast_server, "baseline-constrained": fast_server},
-            scenarios="order_extraction", levels="1,2", requests_per_level=2, warmup_requests=1, repeats=1,
-            budget_minutes=minutes, output_dir=str(tmp_path), run_name=name,
-        )  # fmt: skip
         started = time.monotonic()
-        results = run_sweep(config, tmp_path / name)
-        assert results.complete
+        results = _two_arm_sweep(fast_server, tmp_path, name, budget_minutes=minutes)
         return results, time.monotonic() - started
 
     results, took = sweep("budget", 0.3)  # 18 s; a round of both levels takes ~4 s against the fast server
@@ -157,18 +163,8 @@ def test_a_level_the_machine_disturbed_runs_once_more_for_every_arm_up_to_remeas
 
     monkeypatch.setattr(sweep_module, "level_health", health)
 
-    def sweep(name: str, remeasure: int):
-        config = load_config(
-            None, arms="baseline,baseline-constrained", urls={"baseline": fast_server, "baseline-constrained": fast_server},
-            scenarios="order_extraction", levels="1,2", requests_per_level=2, warmup_requests=1, repeats=1,
-            remeasure=remeasure, output_dir=str(tmp_path), run_name=name,
-        )  # fmt: skip
-        results = run_sweep(config, tmp_path / name)
-        assert results.complete
-        return results
-
     disturbed.update({0, 2})  # the first arm of the first round, and of the round added for it
-    results = sweep("run", 1)
+    results = _two_arm_sweep(fast_server, tmp_path, "run", remeasure=1)
     rounds = Counter((level.level, level.repeat) for level in results.levels)
     assert rounds == {(1, 0): 2, (2, 0): 2, (2, 1): 2}  # one round more at 2 users only, and no more than one
     assert [level.health.valid for level in results.levels if level.level == 2].count(False) == 2
@@ -177,7 +173,7 @@ def test_a_level_the_machine_disturbed_runs_once_more_for_every_arm_up_to_remeas
     calls_at_two.clear()
     disturbed.clear()
     disturbed.add(0)
-    never = sweep("never", 0)
+    never = _two_arm_sweep(fast_server, tmp_path, "never", remeasure=0)
     assert Counter((level.level, level.repeat) for level in never.levels) == {(1, 0): 2, (2, 0): 2}
 
 
