@@ -267,15 +267,17 @@ def test_a_trace_replays_at_its_own_times_on_a_real_server(stock_server, tmp_pat
     assert len(records) == len(rows) and all(r["verdict"] == "valid" for r in records)
     offsets = [r["t_scheduled"] - records[0]["t_scheduled"] for r in records]
     assert offsets == pytest.approx([row["timestamp"] / 1000 for row in rows], abs=1e-3)  # scheduled at the trace's times
-    # ... and sent then, not after the answer before (one at a time, the burst's sends would lag 0.2-0.9 s); on
-    # a busy 2-core machine one send in ten can wait half a second for a CPU
-    lags = sorted(r["t_send"] - r["t_scheduled"] for r in records)
-    assert lags[len(lags) // 2] < 0.05 and lags[-1] < 1.0, lags
+    # ... and sent then, while the answers before were still streaming, not one after another's answer: a count of
+    # events, not a lag bound (with two CPU-bound processes beside it the median send came 0.5 s late on 2 cores,
+    # and answers took longer too). The 150-300 ms gaps are shorter than an answer here: one at a time, none
+    # would overlap (as with --max-concurrency 1)
+    in_flight = [r for before, r in zip(records, records[1:], strict=False) if r["t_send"] < before["t_last_byte"]]
+    assert len(in_flight) >= 3 and all(r["t_send"] >= r["t_scheduled"] for r in records), records
     [level] = json.loads((run / "results.json").read_text())["levels"]
     metrics = level["metrics"]
     # the level's rates are the records' own: the trace's (n - 1) over its 3.75 s as scheduled, and over the first
-    # due time to the last send as achieved. The lag bound above is the one on sending: a rate bound here would
-    # contradict it (one send 0.66 s late reads 2.04/s against 2.4/s), as it did on a 2-core CI machine
+    # due time to the last send as achieved; a rate bound here would be one on the machine's speed (one send 0.66 s
+    # late reads 2.04/s against 2.4/s), as it was on a 2-core CI machine
     sends = [r["t_send"] for r in records]
     assert metrics["scheduled_rate"] == pytest.approx((len(rows) - 1) / (rows[-1]["timestamp"] / 1000), rel=1e-3)
     assert metrics["achieved_rate"] == pytest.approx((len(records) - 1) / (max(sends) - records[0]["t_scheduled"]), rel=1e-6)
