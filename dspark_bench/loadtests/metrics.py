@@ -271,9 +271,11 @@ def _arrivals(records: Sequence[RequestRecord]) -> tuple[list[tuple[float, int]]
 
 
 def longest_silence(records: Sequence[RequestRecord]) -> tuple[float, float] | None:
-    """(seconds, when it ended) of the longest time during which some answer was streaming and no answer
-    received anything, over every record of a level (warm-up and tails too); None where no answer streamed.
-    Pure."""
+    """(seconds, flush) of the longest time during which some answer was streaming and no answer received
+    anything, over every record of a level (warm-up and tails too), and what ended it: the chunks that arrived
+    in the FLUSH_WINDOW_S after it, per answer that received any. About one where the engine stepped again (a
+    step sends each answer a chunk, a batch's first tokens included); many where the engine went on and its
+    chunks were held on their way, then read at once. None where no answer streamed. Pure."""
     arrivals, covered = _arrivals(records)
     if not covered:
         return None
@@ -283,7 +285,9 @@ def longest_silence(records: Sequence[RequestRecord]) -> tuple[float, float] | N
         stream = bisect.bisect_right(starts, before) - 1
         if stream >= 0 and after <= covered[stream][1] and after - before > longest:
             longest, ended = after - before, after
-    return longest, ended
+    times = [t for t, _ in arrivals]
+    window = arrivals[bisect.bisect_left(times, ended) : bisect.bisect_right(times, ended + FLUSH_WINDOW_S)]
+    return longest, len(window) / max(1, len({index for _, index in window}))
 
 
 def longest_silence_s(records: Sequence[RequestRecord]) -> float | None:
@@ -292,16 +296,8 @@ def longest_silence_s(records: Sequence[RequestRecord]) -> float | None:
 
 
 def silence_flush(records: Sequence[RequestRecord]) -> float | None:
-    """What ended the longest silence: the chunks that arrived in the FLUSH_WINDOW_S after it, per answer that
-    received any. About one where the engine stepped again (a step sends each answer a chunk, a batch's first
-    tokens included); many where the engine went on and its chunks were held on their way, then read at once.
-    None without a silence. Pure."""
-    if (silence := longest_silence(records)) is None or silence[0] <= 0:
-        return None
-    arrivals, _ = _arrivals(records)
-    times = [t for t, _ in arrivals]
-    window = arrivals[bisect.bisect_left(times, silence[1]) : bisect.bisect_right(times, silence[1] + FLUSH_WINDOW_S)]
-    return len(window) / max(1, len({index for _, index in window}))
+    """What ended the longest silence (``longest_silence``); None without one. Pure."""
+    return None if (silence := longest_silence(records)) is None or silence[0] <= 0 else silence[1]
 
 
 def pause_problems(longest_silence_ms: float | None, itl_p99_ms: float | None, flush: float | None = None) -> list[str]:
@@ -556,7 +552,7 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         connect_p95_ms=percentile_ms([r.t_connected - r.t_send for r in measured if r.t_connected is not None], 95),
         new_connection_rate=float(np.mean(fresh)) if (fresh := [r.new_connection for r in measured if r.new_connection is not None]) else None,
         cached_prompt_share=cached_share(measured),
-        longest_silence_ms=None if (silence := longest_silence_s(records)) is None else silence * 1000.0,
-        silence_flush=silence_flush(records),
+        longest_silence_ms=None if (silence := longest_silence(records)) is None else silence[0] * 1000.0,
+        silence_flush=None if silence is None or silence[0] <= 0 else silence[1],
         **session_metrics(measured),
     )
