@@ -125,11 +125,16 @@ def test_a_local_arm_whose_server_is_not_installed_stops_with_the_fix(tmp_path):
     assert not deployer.endpoints and not list(tmp_path.iterdir())  # nothing started, no log
 
 
-# A "server" that logs when it started, then answers /health once a second has passed (a start-up).
+# A "server" that logs when it started and its argv (with a KV cache figure as vLLM logs it when it profiled,
+# unless --quiet), then answers /health once a second has passed (a start-up).
 SLOW_HEALTH = """
-import http.server, sys, time
+import http.server, json, sys, time
 started = time.time()
-print("started at", started, flush=True)
+print("started at", started, json.dumps(sys.argv), flush=True)
+if "--fail-sized" in sys.argv and "--kv-cache-memory-bytes" in sys.argv:
+    sys.exit("ValueError: the given KV cache does not fit")
+if "--quiet" not in sys.argv and "--kv-cache-memory-bytes" not in sys.argv:
+    print("(EngineCore pid=1) INFO [gpu_worker.py:759] Available KV cache " + "memory: 1.50 GiB", flush=True)  # not in the log's argv line
 port = int(sys.argv[sys.argv.index("--port") + 1])
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -142,14 +147,17 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 
 
 @pytest.mark.slow
-def test_servers_that_share_a_gpu_start_one_after_another(tmp_path, monkeypatch):
+def test_servers_that_share_a_gpu_start_after_the_first_with_the_kv_cache_it_measured(tmp_path, monkeypatch):
     """vLLM sizes its KV cache from the GPU memory free while it profiles: a neighbour starting beside it takes
-    that memory. So servers that share a GPU start once the one before is ready; on a CPU their starts overlap."""
+    that memory. So of servers that share a GPU the first starts alone, and the others start together once it
+    is ready, with the KV cache it measured (vLLM then skips the profile); where its log gives no figure, one
+    after another. On a CPU their starts overlap."""
+    import json
     import sys
 
     from dspark_bench.loadtests.config import load_config
     from dspark_bench.loadtests.deploy.base import ServerSpec
-    from dspark_bench.loadtests.deploy.local import LocalDeployer
+    from dspark_bench.loadtests.deploy.local import LocalDeployer, kv_cache_bytes
     from dspark_bench.loadtests.deploy.servers import server_specs
     from dspark_bench.loadtests.machine import machine_facts
 
@@ -160,16 +168,38 @@ def test_servers_that_share_a_gpu_start_one_after_another(tmp_path, monkeypatch)
     # vLLM 0.32 on a CPU cannot load its AOT compile cache back: CPU arms use the older cache, GPU arms vLLM's default
     assert all(spec.env["VLLM_USE_AOT_COMPILE"] == "0" for spec in server_specs(load_config(), ["baseline-constrained", "dspark"]))
     assert not any("VLLM_USE_AOT_COMPILE" in spec.env for spec in specs)
+    assert kv_cache_bytes("Available KV cache memory: 30.72 GiB") == int(30.72 * 2**30 * 0.95)
+    assert kv_cache_bytes("Available KV cache memory: -39.72 GiB") is None and kv_cache_bytes("no figure") is None
 
-    def started(endpoint) -> float:
-        return float(endpoint.log_path.read_text().split("started at ")[1].split()[0])
+    def started(endpoint) -> tuple[float, list[str]]:
+        first_line = endpoint.log_path.read_text().split("started at ")[1].splitlines()[0]
+        at, argv = first_line.split(" ", 1)
+        return float(at), json.loads(argv)
 
-    for shares_gpu in (True, False):
-        deployer = LocalDeployer(tmp_path / str(shares_gpu), startup_timeout_s=30)
-        launcher = [sys.executable, "-c", SLOW_HEALTH]
+    launcher = [sys.executable, "-c", SLOW_HEALTH]
+    for shares_gpu, quiet in ((True, False), (True, True), (False, False)):
+        deployer = LocalDeployer(tmp_path / f"{shares_gpu}-{quiet}", startup_timeout_s=30)
+        args = ["--quiet"] if quiet else []
         try:
-            first, second = deployer.start_many([ServerSpec(arm, "m", "m", launcher, shares_gpu=shares_gpu) for arm in ("a", "b")])
-            gap = started(second) - started(first)
+            endpoints = deployer.start_many([ServerSpec(arm, "m", "m", launcher, args, shares_gpu=shares_gpu) for arm in "abc"])
+            (a, a_argv), (b, b_argv), (c, c_argv) = (started(endpoint) for endpoint in endpoints)
         finally:
             deployer.stop_all()
-        assert (gap > 1.0) is shares_gpu, (shares_gpu, gap)
+        assert [endpoint.arm for endpoint in endpoints] == ["a", "b", "c"]
+        assert (b - a > 1.0) is shares_gpu, (shares_gpu, quiet, b - a)  # the first alone
+        assert (c - b > 1.0) is (shares_gpu and quiet), (shares_gpu, quiet, c - b)  # the others together where it measured
+        sized = shares_gpu and not quiet
+        assert "--kv-cache-memory-bytes" not in a_argv
+        for argv in (b_argv, c_argv):
+            assert ("--kv-cache-memory-bytes" in argv) is sized
+            assert not sized or argv[argv.index("--kv-cache-memory-bytes") + 1] == str(int(1.5 * 2**30 * 0.95))
+
+    # A server the given cache does not start starts again alone, profiling as before; its first log is kept
+    deployer = LocalDeployer(tmp_path / "refused", startup_timeout_s=30)
+    try:
+        endpoints = deployer.start_many([ServerSpec(arm, "m", "m", launcher, ["--fail-sized"], shares_gpu=True) for arm in "abc"])
+        (a, _), (b, b_argv), (c, c_argv) = (started(endpoint) for endpoint in endpoints)
+    finally:
+        deployer.stop_all()
+    assert b - a > 1.0 and c - b > 1.0 and "--kv-cache-memory-bytes" not in b_argv + c_argv
+    assert "does not fit" in (tmp_path / "refused" / "b.sized-cache-failed.log").read_text()

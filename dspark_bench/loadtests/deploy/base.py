@@ -86,9 +86,10 @@ class ServerSpec:
     arm_args: list[str] = field(default_factory=list)  # this arm's own (speculative config, DSpark flags...)
     env: dict[str, str] = field(default_factory=dict)
     cpus: frozenset[int] = frozenset()  # a local server's CPUs (RunConfig.server_cpus); empty: any
-    # It shares a GPU with the run's other servers: it starts once the one before it is ready, since vLLM
-    # sizes its KV cache from the GPU memory free while it profiles, which a neighbour allocating its own cache
-    # then takes (on an H200 three servers started together: "Available KV cache memory: -39.72 GiB").
+    # It shares a GPU with the run's other servers. vLLM sizes its KV cache from the GPU memory free while it
+    # profiles, which a neighbour allocating its own cache then takes (on an H200 three servers started
+    # together: "Available KV cache memory: -39.72 GiB"): the first starts alone, the others with the cache
+    # it measured (LocalDeployer.start_many).
     shares_gpu: bool = False
 
     @property

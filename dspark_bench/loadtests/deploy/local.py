@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shlex
 import signal
 import socket
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -82,6 +84,25 @@ def require_launcher(spec: ServerSpec) -> None:
         if importlib.util.find_spec(module.split(".")[0]) is None:
             fix = "pip install ./engine (make install does)" if module.startswith("dspark_serve") else f"install {module}"
             raise DeployError(f"arm '{spec.arm}': its server is python -m {module}, which is not installed here; fix: {fix}")
+
+
+KV_CACHE_MEASURED = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
+KV_CACHE_FLAGS = ("--kv-cache-memory-bytes", "--kv-cache-memory")
+KV_CACHE_SHARE = 0.95  # of what the first measured: an arm with a draft model holds its weights beside the cache
+
+
+def kv_cache_bytes(log: str) -> int | None:
+    """The KV cache vLLM sized for itself when it profiled GPU memory alone, from its log, as the bytes that
+    a neighbour of the same model gets (``KV_CACHE_SHARE`` of it); None where the log gives none. Pure."""
+    found = KV_CACHE_MEASURED.findall(log)
+    return int(float(found[-1]) * 2**30 * KV_CACHE_SHARE) if found and float(found[-1]) > 0 else None
+
+
+def with_kv_cache(spec: ServerSpec, kv_bytes: int) -> ServerSpec:
+    """``spec`` with a KV cache of ``kv_bytes``, unless its arguments size the cache already. Pure."""
+    if any(arg.split("=", 1)[0] in KV_CACHE_FLAGS for arg in spec.args):
+        return spec
+    return replace(spec, arm_args=[*spec.arm_args, "--kv-cache-memory-bytes", str(kv_bytes)])
 
 
 class LocalDeployer:
@@ -156,16 +177,44 @@ class LocalDeployer:
         return endpoint
 
     def start_many(self, specs: Sequence[ServerSpec]) -> list[Endpoint]:
-        """Launch the servers at once (start-up overlaps), then wait for each; servers that share a GPU one
-        after another (``ServerSpec.shares_gpu``)."""
-        endpoints = []
-        for spec in specs:
-            endpoints.append(self.launch(spec))
-            if spec.shares_gpu:
-                self.wait_ready(endpoints[-1])
-        for endpoint in endpoints:
-            self.wait_ready(endpoint)
-        return endpoints
+        """Launch the servers at once (start-up overlaps), then wait for each. Servers that share a GPU
+        (``ServerSpec.shares_gpu``): vLLM sizes its KV cache from the memory free while it profiles, and a
+        neighbour allocating meanwhile takes it. So the first starts alone, and the others of its model then
+        start together with the KV cache it measured (``--kv-cache-memory-bytes``: vLLM skips that profile); one
+        that does not start so starts again alone. Where the first's log gives no figure, or a server runs
+        another model, one after another as before."""
+        endpoints: dict[int, Endpoint] = {}
+        sized: set[int] = set()
+        first = next((i for i, spec in enumerate(specs) if spec.shares_gpu), None)
+        kv_bytes = None
+        if first is not None:
+            endpoints[first] = self.start(specs[first])
+            log = endpoints[first].log_path
+            kv_bytes = kv_cache_bytes(log.read_text(encoding="utf-8", errors="replace")) if log else None
+        for i, spec in enumerate(specs):
+            if i in endpoints:
+                continue
+            if spec.shares_gpu and first is not None and kv_bytes and spec.model_path == specs[first].model_path:
+                endpoints[i] = self.launch(with_kv_cache(spec, kv_bytes))
+                sized.add(i)
+            elif spec.shares_gpu:
+                endpoints[i] = self.start(spec)
+            else:
+                endpoints[i] = self.launch(spec)
+        failed = []
+        for i in sorted(endpoints):
+            try:
+                self.wait_ready(endpoints[i])
+            except DeployError:
+                if i not in sized:
+                    raise
+                failed.append(i)
+        for i in failed:  # the given cache did not start it: alone, profiling as before (its log kept beside)
+            self.stop(endpoints[i])
+            if (log := endpoints[i].log_path) is not None:
+                log.replace(log.with_name(f"{specs[i].arm}.sized-cache-failed.log"))
+            endpoints[i] = self.start(specs[i])
+        return [endpoints[i] for i in range(len(specs))]
 
     def stop(self, endpoint: Endpoint, grace_s: float = 15.0) -> None:
         process = endpoint.process
