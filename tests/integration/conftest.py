@@ -1,4 +1,5 @@
-"""Real vLLM servers shared by the integration tests: each start costs 1-2 minutes on two cores.
+"""Real vLLM servers shared by the integration tests (tests/integration/servers.py): each start costs 1-2 minutes
+on two cores, so they are launched when collection ends and boot while the unit tests run.
 
 They start compiled, as users run them: eager mode starts in half the time (48 s against 90 s to ready
 on a 2-core AMD EPYC) but answers ~6x slower (18 tok/s at 1 user), which costs more than it saves.
@@ -6,34 +7,27 @@ on a 2-core AMD EPYC) but answers ~6x slower (18 tok/s at 1 user), which costs m
 
 from __future__ import annotations
 
-import os
-from dataclasses import replace
-
 import pytest
 
-from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
-from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
-from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
-from dspark_bench.loadtests.deploy.servers import common_server_args, vllm_launcher
-
-TEST_SERVER_ARGS: tuple[str, ...] = tuple(common_server_args(load_config()))
-
-
-def one_core_each(specs: list[ServerSpec]) -> list[ServerSpec]:
-    """``specs`` with each server's OpenMP threads bound to a core of its own in turn. vLLM CPU's automatic
-    binding puts every server's worker, and so its torch.compile, on the first core and keeps the last for
-    the rest: servers started together compile one after another on one core while the other idles (five
-    took 413 s on 2 cores). A benchmark's arms keep vLLM's binding: they serve one at a time, as users run them."""
-    cores = sorted(os.sched_getaffinity(0))
-    return [replace(spec, env={**spec.env, "VLLM_CPU_OMP_THREADS_BIND": str(cores[i % len(cores)])}) for i, spec in enumerate(specs)]
+from dspark_bench.loadtests.deploy.base import Endpoint
+from tests.integration.servers import ServerPool, pool_of
 
 
 @pytest.fixture(scope="session")
-def stock_server(tmp_path_factory) -> Endpoint:
+def server_pool(request) -> ServerPool:
+    return pool_of(request.config)
+
+
+@pytest.fixture(scope="session")
+def stock_server(server_pool) -> Endpoint:
     """Stock vLLM with the embedded model, started once for every module that needs it."""
-    deployer = LocalDeployer(tmp_path_factory.mktemp("stock-logs"), startup_timeout_s=600)
-    spec = ServerSpec("stock", str(DEFAULT_MODEL), "tiny-json", vllm_launcher(), list(TEST_SERVER_ARGS), env=cpu_server_env())
+    return server_pool.ready("stock")["stock"]
+
+
+@pytest.fixture(scope="module")
+def dspark_servers(server_pool, stock_server) -> dict[str, Endpoint]:
+    """test_dspark's five dspark-serve servers and the stock one, by arm; the five stop when the module ends."""
     try:
-        yield deployer.start(spec)
+        yield {"stock": stock_server, **server_pool.ready("dspark")}
     finally:
-        deployer.stop_all()
+        server_pool.stop("dspark")

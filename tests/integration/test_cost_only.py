@@ -13,7 +13,7 @@ import pytest
 
 from dspark_bench.loadtests.model_shapes import SHAPES
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.starts_servers]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -2,55 +2,16 @@
 on, speculation is accepted, and outputs equal stock vLLM's at temperature 0 (lossless)."""
 
 import json
-import os
-import sys
 
 import httpx
 import pytest
 
-from dspark_bench.loadtests.config import DEFAULT_MODEL, REPO_ROOT
-from dspark_bench.loadtests.deploy.base import ServerSpec
-from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
+from dspark_bench.loadtests.config import REPO_ROOT
 from dspark_bench.loadtests.server_metrics import scrape
 from dspark_bench.scenarios import Split, load_scenario
-from dspark_serve.engine_config import SWITCHES
-from studies.missing_drafter import write_missing_drafter
-from tests.integration.conftest import TEST_SERVER_ARGS, one_core_each
 
 pytestmark = pytest.mark.integration
 EXAMPLES = REPO_ROOT / "examples" / "requests.jsonl"
-CPU_ASYNC = REPO_ROOT / "tests" / "integration" / "cpu_async"  # vLLM's asynchronous scheduling, kept on on a CPU
-ARTICLE_FLAGS = ["--dspark-enabled", "--response-format", "json", "--enable-prefix-caching", "--dspark-speculative-length", "5"]
-
-
-def _dspark_spec(name: str, flags: list[str], env: dict[str, str]) -> ServerSpec:
-    return ServerSpec(
-        name, str(DEFAULT_MODEL), "tiny-json", [sys.executable, "-m", "dspark_serve.serve"], list(TEST_SERVER_ARGS), flags, env
-    )
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory, stock_server):
-    deployer = LocalDeployer(tmp_path_factory.mktemp("logs"), startup_timeout_s=600)
-    env = {**cpu_server_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}  # six servers share the machine; 1 GiB holds 87k tokens
-    # A drafter whose drafts miss by construction (its weights redrawn at random): the workload where nothing
-    # lands, for the speculation gate.
-    missing_flags = [*ARTICLE_FLAGS, "--dspark-draft-model", str(write_missing_drafter(tmp_path_factory.mktemp("missing")))]
-    # vLLM's asynchronous scheduling, as vLLM runs these drafters on a GPU
-    asynchronous = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(CPU_ASYNC), os.environ.get("PYTHONPATH")]))}
-    specs = one_core_each([
-        _dspark_spec("dspark", ARTICLE_FLAGS, env),
-        # The drafter for models that ship no draft model: structure memory + prompt copy; with the
-        # speculation gate off, so that every draft (grammar drafts too) is verified on any machine.
-        _dspark_spec("structure", [*ARTICLE_FLAGS, "--dspark-drafter", "structure"], {**env, SWITCHES["acceptance_cap"]: "0"}),
-        _dspark_spec("missing", missing_flags, env),
-        _dspark_spec("async", ARTICLE_FLAGS, asynchronous),
-        _dspark_spec("missing-async", missing_flags, asynchronous),
-    ])
-    try:
-        yield {"stock": stock_server, **{spec.arm: endpoint for spec, endpoint in zip(specs, deployer.start_many(specs), strict=True)}}
-    finally:
-        deployer.stop_all()
 
 
 def _complete(endpoint, sample, response_format, max_tokens=512):
@@ -62,10 +23,10 @@ def _complete(endpoint, sample, response_format, max_tokens=512):
     return response.json()["choices"][0]["message"]["content"]
 
 
-def _examples_equal_to_stock(servers, arm: str, count: int) -> tuple[dict, dict]:
+def _examples_equal_to_stock(dspark_servers, arm: str, count: int) -> tuple[dict, dict]:
     """The first ``count`` example lines (json_schema, 128 tokens) answered alike by ``arm`` and stock vLLM;
     the arm's /dspark/status before and after."""
-    stock, patched = servers["stock"], servers[arm]
+    stock, patched = dspark_servers["stock"], dspark_servers[arm]
     before = httpx.get(f"{patched.base_url}/dspark/status", timeout=10).json()
     for sample in load_scenario(EXAMPLES).samples(Split.EVAL, count):
         response_format = sample.response_format("json_schema")
@@ -73,8 +34,8 @@ def _examples_equal_to_stock(servers, arm: str, count: int) -> tuple[dict, dict]
     return before, httpx.get(f"{patched.base_url}/dspark/status", timeout=10).json()
 
 
-def test_status_line_and_endpoint_say_what_is_on(servers):
-    dspark = servers["dspark"]
+def test_status_line_and_endpoint_say_what_is_on(dspark_servers):
+    dspark = dspark_servers["dspark"]
     log = dspark.log_path.read_text()
     # The shipped model names its one-pass block drafter in models/tiny-json/dspark.json.
     assert "DSpark: on; drafter dflash" in log and "up to 5 draft tokens" in log
@@ -87,17 +48,17 @@ def test_status_line_and_endpoint_say_what_is_on(servers):
     stepped = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
     assert "acceptance cap active" in log and stepped["engine_steps"] > 0 and stepped["async_steps"] == 0
     assert stepped["acceptance_cap"] == "active"
-    structure = httpx.get(f"{servers['structure'].base_url}/dspark/status", timeout=10).json()
+    structure = httpx.get(f"{dspark_servers['structure'].base_url}/dspark/status", timeout=10).json()
     assert structure["drafter"] == "structure" and structure["acceptance_cap"] == "off (DSPARK_ACCEPTANCE_CAP=0)"
-    assert "dspark_serve.drafter.JsonDrafter" in servers["structure"].log_path.read_text()
+    assert "dspark_serve.drafter.JsonDrafter" in dspark_servers["structure"].log_path.read_text()
 
 
 STOCK_ANSWERS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("arm", ["dspark", "structure", "async"])
-def test_lossless_and_speculation_accepted(servers, arm):
-    stock, dspark = servers["stock"], servers[arm]
+def test_lossless_and_speculation_accepted(dspark_servers, arm):
+    stock, dspark = dspark_servers["stock"], dspark_servers[arm]
     before = scrape(dspark.base_url)
     status_before = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 12))
@@ -142,23 +103,23 @@ def test_lossless_and_speculation_accepted(servers, arm):
         assert drafted >= 20 and landed / drafted > 0.8, f"the drafter's drafts: {landed:.0f} of {drafted:.0f} landed, in {steps:.0f} steps"
 
 
-def test_default_json_for_requests_without_response_format(servers):
+def test_default_json_for_requests_without_response_format(dspark_servers):
     sample = next(load_scenario("review_sentiment").samples(Split.EVAL, 1))
-    json.loads(_complete(servers["dspark"], sample, None))
-    metrics = httpx.get(f"{servers['dspark'].base_url}/metrics", timeout=10).text
+    json.loads(_complete(dspark_servers["dspark"], sample, None))
+    metrics = httpx.get(f"{dspark_servers['dspark'].base_url}/metrics", timeout=10).text
     defaulted = [line for line in metrics.splitlines() if line.startswith("dspark_default_json_requests_total")]
     assert defaulted and float(defaulted[0].split()[-1]) >= 1  # DSpark's counters sit beside vLLM's
     assert 'dspark_info{drafter="dflash"' in metrics
     # plain text stays plain text when the request says so
     qa = next(load_scenario("freeform_qa").samples(Split.EVAL, 1))
-    assert not _complete(servers["dspark"], qa, {"type": "text"}).lstrip().startswith("{")
+    assert not _complete(dspark_servers["dspark"], qa, {"type": "text"}).lstrip().startswith("{")
 
 
-def test_grammar_forced_and_speculation_counts(servers):
+def test_grammar_forced_and_speculation_counts(dspark_servers):
     """The engine process counts tokens under a grammar and the ones it pinned to a single choice;
     /metrics and /dspark/status report them next to vLLM's drafted and accepted counts. On the ungated
     server: the gated one may rightly verify no draft on a machine where drafts do not pay."""
-    dspark = servers["structure"]
+    dspark = dspark_servers["structure"]
     before = httpx.get(f"{dspark.base_url}/dspark/status", timeout=10).json()
     samples = list(load_scenario("order_extraction").samples(Split.EVAL, 3))
     answer_tokens = 0
@@ -182,12 +143,12 @@ def test_grammar_forced_and_speculation_counts(servers):
 
 
 @pytest.mark.parametrize("arm", ["missing", "missing-async"])
-def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(servers, arm):
+def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(dspark_servers, arm):
     """Plain-text answers (no grammar, so no grammar drafts) from a server whose drafter misses by
     construction: after judging each request the gate runs the drafter on few steps, most steps run as stock
     vLLM's, and the answers stay stock vLLM's. Under asynchronous scheduling too, where the gate cuts the
     draft placeholders the engine core schedules, and the engine core makes no drafts of its own."""
-    stock, missing = servers["stock"], servers[arm]
+    stock, missing = dspark_servers["stock"], dspark_servers[arm]
     before = httpx.get(f"{missing.base_url}/dspark/status", timeout=10).json()
     for sample in load_scenario("freeform_qa").samples(Split.EVAL, 4):
         assert _complete(missing, sample, {"type": "text"}, 128) == _complete(stock, sample, {"type": "text"}, 128)
@@ -204,43 +165,43 @@ def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(servers, arm
         assert after["async_steps"] - before["async_steps"] == steps
 
 
-def test_the_engine_core_drafts_only_where_the_worker_leaves_it_the_draft_positions(servers):
+def test_the_engine_core_drafts_only_where_the_worker_leaves_it_the_draft_positions(dspark_servers):
     """Repeat and grammar drafts are made in the engine core and verified in the next step. Under vLLM's
     asynchronous scheduling the worker fills every draft position with its own drafts, so the engine core makes
     none there, and the answers stay stock vLLM's on both paths (the example dataset, where answers copy the
     prompt and the grammar forces property names)."""
     made = {}
     for arm in ("missing", "missing-async"):
-        before, after = _examples_equal_to_stock(servers, arm, 6)
+        before, after = _examples_equal_to_stock(dspark_servers, arm, 6)
         made[arm] = sum(after[name] - before[name] for name in ("repeat_draft_tokens", "grammar_draft_tokens"))
     assert made["missing"] > 0 and made["missing-async"] == 0, made
 
 
-def test_grammar_drafts_land_on_schemas_the_drafter_never_saw_and_answers_stay_stock(servers):
+def test_grammar_drafts_land_on_schemas_the_drafter_never_saw_and_answers_stay_stock(dspark_servers):
     """The text each request's grammar forces (property names) is drafted from the grammar alone, spelt
     as the target writes it once seen; it lands, and the answers stay stock vLLM's."""
-    before, after = _examples_equal_to_stock(servers, "structure", 6)  # the ungated server
+    before, after = _examples_equal_to_stock(dspark_servers, "structure", 6)  # the ungated server
     verified = after["grammar_draft_tokens"] - before["grammar_draft_tokens"]
     landed = after["grammar_drafts_accepted"] - before["grammar_drafts_accepted"]
     assert verified >= 20 and landed / verified > 0.4, (verified, landed)
-    metrics = scrape(servers["structure"].base_url)
+    metrics = scrape(dspark_servers["structure"].base_url)
     assert metrics["dspark_grammar_drafts_accepted"] == after["grammar_drafts_accepted"]
 
 
-def test_repeat_drafts_land_where_answers_repeat_and_answers_stay_stock(servers):
+def test_repeat_drafts_land_where_answers_repeat_and_answers_stay_stock(dspark_servers):
     """On schemas the drafter never saw, the embedded model copies values out of the prompt and loops in
     blank lines where the grammar allows any whitespace: the request's own text drafts both, and the answers
     stay stock vLLM's."""
-    before, after = _examples_equal_to_stock(servers, "dspark", 8)
+    before, after = _examples_equal_to_stock(dspark_servers, "dspark", 8)
     verified = after["repeat_draft_tokens"] - before["repeat_draft_tokens"]
     landed = after["repeat_drafts_accepted"] - before["repeat_drafts_accepted"]
     assert verified >= 20 and landed / verified > 0.5, (verified, landed)
-    assert scrape(servers["dspark"].base_url)["dspark_repeat_drafts_accepted"] == after["repeat_drafts_accepted"]
+    assert scrape(dspark_servers["dspark"].base_url)["dspark_repeat_drafts_accepted"] == after["repeat_drafts_accepted"]
 
 
-def test_a_schema_the_grammar_compiler_rejects_is_a_clear_400(servers):
+def test_a_schema_the_grammar_compiler_rejects_is_a_clear_400(dspark_servers):
     """Stock vLLM answers this schema with HTTP 500 from inside generation; DSpark refuses it up front."""
-    dspark = servers["dspark"]
+    dspark = dspark_servers["dspark"]
     sample = next(load_scenario("order_extraction").samples(Split.EVAL, 1))
     huge = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 10**30}}, "required": ["n"]}
     body = {"model": dspark.model, "messages": sample.messages, "max_tokens": 16,

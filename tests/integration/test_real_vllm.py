@@ -34,6 +34,7 @@ def test_shipped_model_answers_each_scenario(stock_server, scenario):
         assert text.strip() and not text.lstrip().startswith("{")
 
 
+@pytest.mark.starts_servers
 def test_small_paired_sweep_of_two_arms(tmp_path):
     out = subprocess.run(
         [

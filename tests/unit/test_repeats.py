@@ -90,7 +90,7 @@ def test_a_sweep_resets_every_arms_prefix_cache_before_every_level_and_never_rep
     assert prompts["baseline"] == prompts["baseline-constrained"]  # and every arm the same prompts (tails: as many as it took)
     assert Counter((level.level, level.repeat) for level in results.levels) == {(1, 0): 2, (1, 1): 2, (1, 2): 2, (3, 0): 2, (3, 1): 2}
     assert Counter(level.metrics.requests for level in results.levels) == {4: 6, 14: 4}  # 3 users: 4 waves measured at least, 5 sent with the warm-up
-    assert not any(level.health.load_problems for level in results.levels)  # the machine's noise aside
+    # (whether the machine disturbed a level is not this test's: a loaded one does, and the level says so)
 
 
 def test_level_repeats_run_some_levels_more_often_with_prompts_of_their_own():
@@ -127,9 +127,9 @@ def test_a_time_budget_adds_rounds_while_they_fit_and_each_gets_prompts_of_its_o
         results = _two_arm_sweep(fast_server, tmp_path, name, budget_minutes=minutes)
         return results, time.monotonic() - started
 
-    results, took = sweep("budget", 0.3)  # 18 s; a round of both levels takes ~4 s against the fast server
+    results, took = sweep("budget", 0.3)  # 18 s; a round of both levels takes ~4 s against the fast server (8 s loaded)
     rounds = Counter(level.repeat for level in results.levels)
-    assert len(rounds) >= 3 and set(rounds.values()) <= {2, 4}  # whole levels (both arms), the last rounds maybe 1 user only
+    assert len(rounds) >= 2 and set(rounds.values()) <= {2, 4}  # rounds added; whole levels (both arms), the last maybe 1 user only
     assert took < 18 + 20  # the budget holds, but for the servers' smoke tests and the last round
     records = list(read_records(tmp_path / "budget"))
     assert max(Counter((r.arm, r.seed) for r in records).values()) == 1  # no prompt twice for an arm
