@@ -92,7 +92,7 @@ gate: install
 	$(VENV)/bin/dspark-bench gate --thresholds benchmarks/gate/thresholds.yaml $(GATE_ARGS)
 
 test: install browser gpustack
-	$(PY) -m tests.suite --durations=15
+	$(PY) -m pytest -q --durations=15
 
 # the inner loop: unit tests and fast fakes, no real server (about a minute on 2 cores; docs/testing.md)
 test-quick: install

@@ -108,8 +108,8 @@ class ServerPool:
 
 
 def run_order(item: pytest.Item) -> tuple[bool, int]:
-    """Tests without the ``integration`` mark first, while the pooled servers boot (``make test`` runs the two
-    kinds side by side instead: tests/suite.py). Of the integration tests: those with no vLLM server first, as the
+    """Tests without the ``integration`` mark first, while the pooled servers boot. Of the integration tests:
+    those with no vLLM server first, as the
     pool boots; then those of the largest pooled group, which stops after them; then the stock server's; then
     those that start vLLM servers of their own (``starts_servers``), once the largest group is gone: eight vLLM
     CPU servers at once, six pooled and test_cost_only's two, ran 23.5 GiB out of memory."""
