@@ -297,7 +297,11 @@ def longest_silence_s(records: Sequence[RequestRecord]) -> float | None:
 
 def silence_flush(records: Sequence[RequestRecord]) -> float | None:
     """What ended the longest silence (``longest_silence``); None without one. Pure."""
-    return None if (silence := longest_silence(records)) is None or silence[0] <= 0 else silence[1]
+    return _flush(longest_silence(records))
+
+
+def _flush(silence: tuple[float, float] | None) -> float | None:
+    return None if silence is None or silence[0] <= 0 else silence[1]
 
 
 def pause_problems(longest_silence_ms: float | None, itl_p99_ms: float | None, flush: float | None = None) -> list[str]:
@@ -553,6 +557,6 @@ def level_metrics(records: Sequence[RequestRecord], slo: Mapping[str, float] | N
         new_connection_rate=float(np.mean(fresh)) if (fresh := [r.new_connection for r in measured if r.new_connection is not None]) else None,
         cached_prompt_share=cached_share(measured),
         longest_silence_ms=None if (silence := longest_silence(records)) is None else silence[0] * 1000.0,
-        silence_flush=None if silence is None or silence[0] <= 0 else silence[1],
+        silence_flush=_flush(silence),
         **session_metrics(measured),
     )

@@ -102,17 +102,16 @@ class ServerPool:
             self.deployer.stop(endpoint)
 
     def stop_all(self) -> None:
-        for name in list(self.groups):
-            self.stop(name)
+        self.groups.clear()
         self.deployer.stop_all()
 
 
 def run_order(item: pytest.Item) -> tuple[bool, int]:
     """Tests without the ``integration`` mark first, while the pooled servers boot. Of the integration tests:
-    those with no vLLM server first, as the
-    pool boots; then those of the largest pooled group, which stops after them; then the stock server's; then
-    those that start vLLM servers of their own (``starts_servers``), once the largest group is gone: eight vLLM
-    CPU servers at once, six pooled and test_cost_only's two, ran 23.5 GiB out of memory."""
+    those with no vLLM server first, as the pool boots; then those of the largest pooled group, which stops
+    after them; then the stock server's; then those that start vLLM servers of their own (``starts_servers``),
+    once the largest group is gone: eight vLLM CPU servers at once, six pooled and test_cost_only's two, ran
+    23.5 GiB out of memory."""
     pooled = max((len(FIXTURE_GROUPS[name]) for name in getattr(item, "fixturenames", ()) if name in FIXTURE_GROUPS), default=0)
     if item.get_closest_marker("starts_servers") is not None:
         phase = len(GROUPS) + 1

@@ -194,7 +194,7 @@ class LocalDeployer:
         for i, spec in enumerate(specs):
             if i in endpoints:
                 continue
-            if spec.shares_gpu and first is not None and kv_bytes and spec.model_path == specs[first].model_path:
+            if spec.shares_gpu and kv_bytes and first is not None and spec.model_path == specs[first].model_path:
                 endpoints[i] = self.launch(with_kv_cache(spec, kv_bytes))
                 sized.add(i)
             elif spec.shares_gpu:
