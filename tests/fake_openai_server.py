@@ -51,6 +51,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         global served
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path == "/reset_prefix_cache":  # as vLLM's: answered at once, not one of the requests counted
+            return self._send(200, "")
         served += 1
         if args.behavior == "die-after" and served > args.after:
             time.sleep(0.5)  # the answers already being written finish first, however busy the machine
