@@ -30,6 +30,17 @@ TRACKED = (
     "dspark_engine_steps",  # engine steps that ran the model
     "dspark_drafter_steps",  # ... after which the drafter ran: what speculation costs where nothing lands
     "dspark_probe_steps",  # ... of those, runs only to see whether a request's drafts land (none asked)
+    "dspark_async_steps",  # ... scheduled asynchronously (the acceptance cap cut draft placeholders)
+    "dspark_plain_steps",  # ... the governor ran with speculation off (it measured plain steps faster)
+    "dspark_governor_switches",  # the governor turning speculation off or on again
+)
+# Gauges: the level's last value, not a difference (the DSpark gate's step costs as it measured them, which
+# its choices to draft or not were made from).
+GAUGES = (
+    "dspark_step_fixed_us",
+    "dspark_step_per_position_us",
+    "dspark_drafter_pass_us",
+    "dspark_drafts_pay_to_batch",
 )
 
 
@@ -37,7 +48,7 @@ _UNREADABLE: set[str] = set()  # servers already reported as having no readable 
 
 
 def scrape(base_url: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> dict[str, float] | None:
-    """Tracked counters summed over their label sets; None if the endpoint has no /metrics."""
+    """Tracked counters summed over their label sets, and tracked gauges; None if the endpoint has no /metrics."""
     try:
         response = httpx.get(f"{base_url}/metrics", headers=headers or {}, timeout=timeout)
         response.raise_for_status()
@@ -46,6 +57,9 @@ def scrape(base_url: str, headers: dict[str, str] | None = None, timeout: float 
     totals: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(response.text):
+            if family.name in GAUGES:
+                for sample in family.samples:
+                    totals[family.name] = max(totals.get(family.name, 0.0), sample.value)
             if family.name not in TRACKED:
                 continue
             for sample in family.samples:
@@ -66,7 +80,7 @@ def scrape(base_url: str, headers: dict[str, str] | None = None, timeout: float 
 def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float]:
     if before is None or after is None:
         return {}
-    out = {name: after[name] - before.get(name, 0.0) for name in after}
+    out = {name: after[name] if name in GAUGES else after[name] - before.get(name, 0.0) for name in after}
     drafts, accepted = out.get("vllm:spec_decode_num_drafts"), out.get("vllm:spec_decode_num_accepted_tokens")
     if (mean := mean_acceptance_length(drafts or 0.0, accepted or 0.0)) is not None:
         out["mean_acceptance_length"] = mean
@@ -77,6 +91,10 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
         for source in ("grammar", "repeat"):  # output tokens that came from the engine core's drafts, by source
             if (landed := out.get(f"dspark_{source}_drafts_accepted")) is not None:
                 out[f"{source}_draft_share"] = landed / generated
+    if steps := out.get("dspark_engine_steps"):  # where the gate and the governor left speculation off
+        for kind in ("drafter", "plain"):
+            if (counted := out.get(f"dspark_{kind}_steps")) is not None:
+                out[f"{kind}_step_share"] = counted / steps
     queries, hits = out.get("vllm:prefix_cache_queries"), out.get("vllm:prefix_cache_hits")
     if queries:
         out["prefix_cache_hit_rate"] = (hits or 0.0) / queries

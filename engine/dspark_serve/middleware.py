@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from prometheus_client import REGISTRY, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from dspark_serve.state import (
     ASYNC_CAP_HOW,
@@ -53,16 +53,28 @@ EXPORTED_COUNTERS = (
     ("repeat_drafts_accepted", "Of those, the ones the target accepted: output tokens that came from repeat drafts"),
     ("carried_draft_steps", "Engine steps whose drafts came back with the step's sampled tokens"),
     ("fetched_draft_steps", "Engine steps whose drafts the engine core asked the worker for, in a round trip of their own"),
+    ("async_steps", "Engine steps scheduled asynchronously, where the acceptance cap cuts each request's draft placeholders"),
+    ("plain_steps", "Engine steps the governor ran with speculation off, because it measured plain steps faster"),
+    ("governor_switches", "Times the governor turned speculation off or on again"),
+)
+# The speculation gate's latest measurements (state.MEASURES), as gauges: what its choices were made from.
+EXPORTED_MEASURES = (
+    ("step_fixed_us", "A step's fixed cost as the gate measured it, in microseconds"),
+    ("step_per_position_us", "One more scheduled position's cost as the gate measured it, in microseconds"),
+    ("drafter_pass_us", "The drafter's pass as the gate measured it, in microseconds (0: not yet told apart)"),
+    ("drafts_pay_to_batch", "The largest batch at which the gate measured a drafter pass to pay"),
 )
 
 
 class EngineCountsCollector:
-    """Prometheus collector for the counts the engine process keeps in DSPARK_STATE_DIR."""
+    """Prometheus collector for the counts and measurements the engine process keeps in DSPARK_STATE_DIR."""
 
     def collect(self):
         counts = engine_counts()
         for name, description in EXPORTED_COUNTERS:
             yield CounterMetricFamily(f"dspark_{name}", description, value=counts.get(name, 0))
+        for name, description in EXPORTED_MEASURES:
+            yield GaugeMetricFamily(f"dspark_{name}", description, value=counts.get(name, 0))
 
 
 def status() -> dict[str, Any]:

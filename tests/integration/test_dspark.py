@@ -163,6 +163,11 @@ def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(dspark_serve
     assert stock / steps > 0.5, (steps, stock, drafted)
     if arm == "missing-async":
         assert after["async_steps"] - before["async_steps"] == steps
+    # the harness records per level what the gate and the governor did, and the step costs the gate measured
+    metrics = scrape(missing.base_url)
+    for counted in ("async_steps", "plain_steps", "governor_switches", "drafter_steps"):
+        assert metrics[f"dspark_{counted}"] == after[counted], counted
+    assert metrics["dspark_step_fixed_us"] == after["step_fixed_us"] > 0
 
 
 def test_the_engine_core_drafts_only_where_the_worker_leaves_it_the_draft_positions(dspark_servers):

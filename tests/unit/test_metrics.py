@@ -101,6 +101,30 @@ def test_server_counter_deltas():
     assert delta(None, after) == {}
 
 
+def test_the_gates_counts_are_differences_and_its_measured_costs_the_levels_last_values():
+    import httpx
+
+    from dspark_bench.loadtests import server_metrics
+
+    def page(steps: int, plain: int, fixed_us: int) -> str:  # as prometheus_client writes dspark-serve's
+        counters = {"engine_steps": steps, "plain_steps": plain, "drafter_steps": steps // 4}
+        text = "".join(f"# TYPE dspark_{name}_total counter\ndspark_{name}_total {value}.0\n" for name, value in counters.items())
+        return text + f"# TYPE dspark_step_fixed_us gauge\ndspark_step_fixed_us {fixed_us}.0\n"
+
+    pages = [page(100, 10, 900), page(300, 160, 700)]
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, text=pages.pop(0)))
+    real_get = httpx.get
+    try:
+        httpx.get = lambda url, **kw: httpx.Client(transport=transport).get(url, **kw)  # type: ignore[assignment]
+        before, after = server_metrics.scrape("http://s.example"), server_metrics.scrape("http://s.example")
+    finally:
+        httpx.get = real_get  # type: ignore[assignment]
+    out = server_metrics.delta(before, after)
+    assert out["dspark_engine_steps"] == 200 and out["dspark_plain_steps"] == 150
+    assert out["dspark_step_fixed_us"] == 700  # what the gate measured by the level's end, not 700 - 900
+    assert out["plain_step_share"] == 0.75 and out["drafter_step_share"] == 0.25
+
+
 def test_metrics_that_are_not_prometheus_text_are_left_out(capsys):
     import httpx
 
