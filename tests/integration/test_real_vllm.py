@@ -10,7 +10,6 @@ import httpx
 import pytest
 
 from dspark_bench.scenarios import Split, load_all
-from tests.integration.procs import assert_no_server_left
 
 pytestmark = pytest.mark.integration
 
@@ -34,8 +33,9 @@ def test_shipped_model_answers_each_scenario(stock_server, scenario):
         assert text.strip() and not text.lstrip().startswith("{")
 
 
-@pytest.mark.starts_servers
-def test_small_paired_sweep_of_two_arms(tmp_path):
+def test_small_paired_sweep_of_two_arms(stock_server, tmp_path):
+    # the two arms differ only in how they ask for JSON, so they share one server (local arms too:
+    # test_deploy_errors); here the session's stock one, through the URLs (local deploys: test_cost_only)
     out = subprocess.run(
         [
             sys.executable,
@@ -44,6 +44,10 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
             "bench",
             "--arms",
             "baseline,baseline-constrained",
+            "--url",
+            f"baseline={stock_server.base_url}",
+            "--url",
+            f"baseline-constrained={stock_server.base_url}",
             "--levels",
             "1,2",
             "--requests",
@@ -70,7 +74,6 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
         (2, "baseline-constrained"),
         (2, "baseline"),
     ]
-    assert "--no-enable-prefix-caching" not in results["arms"]["baseline"]["argv"]
     records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
     # at least 4 waves measured, whole waves sent with the warm-up: 1 user 4 + 1, 2 users 9 + 1 (5 waves of 2);
     # the rest are the 2-user levels' tails (the one user's while the other's last answer runs)
@@ -81,7 +84,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     assert all(r["output_tokens"] and r["t_first_token"] for r in records if not r["tail"])  # a tail may be cancelled
     for level in results["levels"]:
         assert level["metrics"]["requests"] == {1: 4, 2: 9}[level["level"]] and level["metrics"]["raw_tok_s"] > 0
-        assert level["health"]["prefix_cache_reset"] is True  # local arms run in dev mode: emptied before each level
+        assert level["health"]["prefix_cache_reset"] is True  # test servers run in dev mode: emptied before each level
         assert "vllm:generation_tokens" in level["server"]  # /metrics scraped around the level
     # every answer of its two levels, warm-up and tails included
     assert len(list((run / "responses" / "baseline").glob("*.json"))) == sum(r["arm"] == "baseline" for r in records)
@@ -92,7 +95,7 @@ def test_small_paired_sweep_of_two_arms(tmp_path):
     assert "span s" in full and "wall s" in full  # what the throughputs are over, beside the wall time
     assert max(len(line) for line in out.stdout.splitlines() if line.lstrip().startswith("order_extraction ")) <= 120
     assert len((run / "levels.csv").read_text().splitlines()) == 1 + 4
-    assert_no_server_left(run)
+    assert httpx.get(f"{stock_server.base_url}/health", timeout=10).status_code == 200  # a URL arm's server is left serving
 
 
 def test_locustfile_runs_under_locusts_own_cli(stock_server, tmp_path):

@@ -49,6 +49,7 @@ def test_arms_that_would_start_the_same_server_share_one():
     # baseline and baseline-constrained differ only in how they ask for JSON; dspark and oracle in their drafter
     assert [spec.arm for spec in starts] == ["baseline", "dspark", "oracle"]
     assert owner == {"baseline": "baseline", "baseline-constrained": "baseline", "dspark": "dspark", "oracle": "oracle"}
+    assert "--no-enable-prefix-caching" not in starts[0].args  # stock vLLM as it ships: its prefix cache on
 
 
 def test_cpu_placement_is_checked_and_a_local_server_runs_where_it_is_placed(tmp_path):
