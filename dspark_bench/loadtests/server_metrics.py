@@ -57,14 +57,12 @@ def scrape(base_url: str, headers: dict[str, str] | None = None, timeout: float 
     totals: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(response.text):
-            if family.name in GAUGES:
+            if family.name in GAUGES and family.samples:
+                totals[family.name] = max(sample.value for sample in family.samples)
+            elif family.name in TRACKED:
                 for sample in family.samples:
-                    totals[family.name] = max(totals.get(family.name, 0.0), sample.value)
-            if family.name not in TRACKED:
-                continue
-            for sample in family.samples:
-                if sample.name.endswith("_total"):
-                    totals[family.name] = totals.get(family.name, 0.0) + sample.value
+                    if sample.name.endswith("_total"):
+                        totals[family.name] = totals.get(family.name, 0.0) + sample.value
     except (ValueError, TypeError, IndexError) as exc:  # a gateway's page, JSON...: not Prometheus text
         if base_url not in _UNREADABLE:
             _UNREADABLE.add(base_url)

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from dspark_serve.state import (
     ASYNC_CAP_HOW,
+    MEASURES,
     SCHEMA_STATE_FILE,
     STATE_DIR_ENV,
     STATUS_ENV,
@@ -57,13 +58,13 @@ EXPORTED_COUNTERS = (
     ("plain_steps", "Engine steps the governor ran with speculation off, because it measured plain steps faster"),
     ("governor_switches", "Times the governor turned speculation off or on again"),
 )
-# The speculation gate's latest measurements (state.MEASURES), as gauges: what its choices were made from.
-EXPORTED_MEASURES = (
-    ("step_fixed_us", "A step's fixed cost as the gate measured it, in microseconds"),
-    ("step_per_position_us", "One more scheduled position's cost as the gate measured it, in microseconds"),
-    ("drafter_pass_us", "The drafter's pass as the gate measured it, in microseconds (0: not yet told apart)"),
-    ("drafts_pay_to_batch", "The largest batch at which the gate measured a drafter pass to pay"),
-)
+# The speculation gate's latest measurements, as gauges (state.MEASURES names them): what its choices were made from.
+MEASURE_HELP = {
+    "step_fixed_us": "A step's fixed cost as the gate measured it, in microseconds",
+    "step_per_position_us": "One more scheduled position's cost as the gate measured it, in microseconds",
+    "drafter_pass_us": "The drafter's pass as the gate measured it, in microseconds (0: not yet told apart)",
+    "drafts_pay_to_batch": "The largest batch at which the gate measured a drafter pass to pay",
+}
 
 
 class EngineCountsCollector:
@@ -73,8 +74,8 @@ class EngineCountsCollector:
         counts = engine_counts()
         for name, description in EXPORTED_COUNTERS:
             yield CounterMetricFamily(f"dspark_{name}", description, value=counts.get(name, 0))
-        for name, description in EXPORTED_MEASURES:
-            yield GaugeMetricFamily(f"dspark_{name}", description, value=counts.get(name, 0))
+        for name in MEASURES:
+            yield GaugeMetricFamily(f"dspark_{name}", MEASURE_HELP[name], value=counts.get(name, 0))
 
 
 def status() -> dict[str, Any]:

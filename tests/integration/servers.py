@@ -20,6 +20,7 @@ from dspark_bench.loadtests.config import DEFAULT_MODEL, load_config
 from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
 from dspark_bench.loadtests.deploy.servers import common_server_args, vllm_launcher
+from dspark_serve.engine_config import SWITCHES
 
 TEST_SERVER_ARGS: tuple[str, ...] = tuple(common_server_args(load_config()))
 CPU_ASYNC = Path(__file__).resolve().parent / "cpu_async"  # vLLM's asynchronous scheduling, kept on on a CPU
@@ -56,8 +57,6 @@ def _dspark_specs(scratch: Path) -> list[ServerSpec]:
     missing_flags = [*ARTICLE_FLAGS, "--dspark-draft-model", str(write_missing_drafter(scratch / "missing-drafter"))]
     # vLLM's asynchronous scheduling, as vLLM runs these drafters on a GPU
     asynchronous = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(CPU_ASYNC), os.environ.get("PYTHONPATH")]))}
-    from dspark_serve.engine_config import SWITCHES
-
     return [
         _dspark_spec("dspark", ARTICLE_FLAGS, env),
         # The drafter for models that ship no draft model: structure memory + prompt copy; with the
