@@ -44,6 +44,11 @@ VERIFY_COST = 0.05
 # where almost nothing landed (shared/design/field-notes.md), i.e. ~0.85 of a step; the one-pass
 # drafter's own pass ~4.5 ms of a 7.3 ms step on the AMX Xeon (0.6). 0.5 leans towards drafting.
 DRAFT_COST = 0.5
+# The same before it is measured, where a drafter's pass is no such price: vLLM's ngram_gpu looks the prompt up
+# on the GPU inside the step (no forward pass) and keeps asynchronous scheduling (no round trip). At 0.5 its
+# drafts at the ~0.35 rate they land on order_extraction never paid, so the pass was never run often enough to
+# be measured (benchmarks/gpu/h200-s53-ngram-ab: 35-1,510 drafts a level where vLLM's own ngram_gpu made ~4,900).
+PRIOR_DRAFT_COSTS = {"ngram_gpu": 0.05}
 DECAY = 0.8  # weight of a step one step older; ~5 steps of memory
 POPULATION_DECAY = 0.98  # the server-wide estimate: ~50 steps of memory
 PRIOR_ACCEPTED, PRIOR_REJECTED = 4.0, 0.5  # before anything was verified: rate 0.89, drafts on JSON mostly land
@@ -198,6 +203,10 @@ class StepCosts:
     sums: list[float] = field(default_factory=lambda: [0.0] * 8)
     fitted: tuple[float, float, float] | None = None  # ``fit()`` as of the last refit
     recorded: int = 0
+    draft_prior: float = DRAFT_COST  # the drafter's pass until measured (``prior_draft_cost``)
+    # The pass as last measured: where drafting then stops, steps with the pass grow too rare to tell it apart
+    # again, and falling back to the prior would keep drafting off for a reason nobody measured.
+    measured_pass: float = float("nan")
 
     def record(self, positions: int, drafted: bool, seconds: float) -> None:
         p, d = float(positions), 1.0 if drafted else 0.0
@@ -208,7 +217,8 @@ class StepCosts:
             self.fitted = self.fit()
 
     def fit(self) -> tuple[float, float, float] | None:
-        """(fixed, per position, drafter pass) in seconds; None until the steps seen tell them apart."""
+        """(fixed, per position, drafter pass) in seconds; None until the steps seen tell fixed and per position
+        apart; the pass as last measured (nan: never) where they do not tell it apart."""
         steps, p, d, pp, pd, y, py, dy = self.sums
         if steps < 20:
             return None
@@ -221,16 +231,23 @@ class StepCosts:
         except np.linalg.LinAlgError:
             return None
         fixed, per_position = max(float(solved[0]), 1e-6), max(float(solved[1]), 0.0)
-        drafter = max(float(solved[2]), 0.0) if len(columns) == 3 else float("nan")
-        return fixed, per_position, drafter
+        if len(columns) == 3:
+            self.measured_pass = max(float(solved[2]), 0.0)
+        return fixed, per_position, self.measured_pass
 
     def relative(self, batch: int) -> tuple[float, float]:
         """(VERIFY_COST, DRAFT_COST) for one request of a ``batch``: one more verified position, and the
-        drafter's pass, each as a share of that request's part of a plain step; the constants until
+        drafter's pass, each as a share of that request's part of a plain step; the priors until
         measured."""
         if self.fitted is None:
-            return VERIFY_COST, DRAFT_COST
+            return VERIFY_COST, self.draft_prior
         fixed, per_position, drafter = self.fitted
         plain = fixed + per_position * max(batch, 1)
         verify = per_position * max(batch, 1) / plain
-        return verify, (DRAFT_COST if drafter != drafter else drafter / plain)  # nan: not measured yet
+        return verify, (self.draft_prior if drafter != drafter else drafter / plain)  # nan: not measured yet
+
+
+def prior_draft_cost(method: str) -> float:
+    """The drafter's pass, as a share of a plain step, before this machine has measured it: by speculative
+    ``method`` (serve.Drafter.method)."""
+    return PRIOR_DRAFT_COSTS.get(method, DRAFT_COST)

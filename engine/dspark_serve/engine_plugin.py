@@ -32,6 +32,7 @@ from dspark_serve import (
     require_supported_vllm,
     speculation_gate,
 )
+from dspark_serve.acceptance import StepCosts, prior_draft_cost
 from dspark_serve.engine_config import EngineConfig
 from dspark_serve.governor import Governor
 from dspark_serve.hooks import present
@@ -71,7 +72,10 @@ def install(config: EngineConfig) -> None:
     fixes = dflash_fixes.DFlashFixHooks() if config.drafter == "dflash" else None
     stock = no_draft_step.StockStepHooks(counters)
     handoff = draft_handoff.HandoffHooks(draft_handoff.Handoff(counters)) if config.draft_handoff else None
-    gate = speculation_gate.SpeculationGate(counters, governor=Governor() if config.governor else None) if config.acceptance_cap else None
+    gate = None
+    if config.acceptance_cap:
+        costs = StepCosts(draft_prior=prior_draft_cost(config.drafter))
+        gate = speculation_gate.SpeculationGate(counters, costs=costs, governor=Governor() if config.governor else None)
     gated = speculation_gate.GateHooks(gate) if gate is not None else None
     verify_cost = (lambda: gate.relative_costs[0]) if gate is not None else (lambda: 0.0)
     repeat = repeat_drafts.RepeatDrafter(counters, verify_cost) if config.repeat_drafts else None

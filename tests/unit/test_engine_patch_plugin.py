@@ -155,6 +155,21 @@ def test_switches_take_their_features_hooks_out(plugin, tmp_path):
     ]
 
 
+def test_the_gate_prices_its_drafters_pass_before_measuring_it(plugin, tmp_path):
+    """The gate's pass cost before the machine has measured it comes from the drafter the launcher chose."""
+    from vllm.v1.engine.core import EngineCore
+
+    from dspark_serve import hooks
+    from dspark_serve.acceptance import prior_draft_cost
+    from dspark_serve.speculation_gate import GateHooks
+
+    for method in ("ngram_gpu", "dflash"):
+        plugin(EngineConfig(method, str(tmp_path)))
+        gate = next(h.__self__.gate for h in getattr(EngineCore.post_step, hooks.HOOKS) if isinstance(h.__self__, GateHooks))
+        assert gate.costs.relative(1)[1] == prior_draft_cost(method)
+    assert prior_draft_cost("ngram_gpu") < prior_draft_cost("dflash")
+
+
 def test_the_dflash_drafter_gets_its_fixes(plugin, tmp_path):
     from dspark_serve import hooks
 

@@ -253,6 +253,27 @@ def test_before_enough_steps_the_costs_are_the_fallback_constants():
     assert costs.fit() is None and costs.relative(4) == (VERIFY_COST, DRAFT_COST)
 
 
+def test_before_the_pass_is_measured_a_gpu_lookups_drafts_at_the_rate_prompt_copies_land():
+    """vLLM's ngram_gpu looks the prompt up inside the GPU step: at the ~0.35 rate its drafts landed on
+    order_extraction they pay, where a model's pass (the 0.5 prior) would keep drafting off until measured."""
+    from dspark_serve.acceptance import VERIFY_COST, StepCosts, prior_draft_cost
+
+    lookup, model = StepCosts(draft_prior=prior_draft_cost("ngram_gpu")), StepCosts(draft_prior=prior_draft_cost("dflash"))
+    assert draft_budget(0.35, 8, *lookup.relative(1)) > 0 == draft_budget(0.35, 8, *model.relative(1))
+    assert lookup.relative(8)[0] == model.relative(8)[0] == VERIFY_COST
+
+
+def test_once_measured_the_pass_is_kept_when_drafted_steps_grow_too_rare_to_measure_it_again():
+    """Where drafting stops, the steps with the pass decay out of the fit; the pass it measured stays (the
+    prior would keep drafting off for a reason no step measured)."""
+    costs = _machine(fixed_ms=3.0, per_position_ms=0.01, drafter_ms=0.1)  # a GPU lookup: a 30th of a step
+    for _ in range(2000):  # drafting stopped: the pass's steps decay far below what tells it apart
+        costs.record(1, False, 3.01e-3)
+    fixed, _, drafter = costs.fit()
+    assert round(fixed * 1e3, 1) == 3.0 and round(drafter * 1e3, 2) == 0.1
+    assert costs.relative(1)[1] < 0.05  # the measured pass, not the prior
+
+
 def test_engine_core_drafts_are_not_booked_as_the_learned_drafters(make_request):
     from dspark_serve.state import ENGINE_DRAFTED
 
