@@ -1,0 +1,64 @@
+"""The held-out extraction datasets (models/heldout.py): domains the embedded model's training never saw.
+
+What the model's targets are measured on must be loadable by the harness as committed, regenerated the same,
+and absent from every training source: otherwise "schemas it never saw" would not hold.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dspark_bench.scenarios import load_scenario
+from models import corpus, heldout
+from models.corpus import DEFAULT_SCHEMA_PAIRS as JSONSCHEMABENCH
+from models.records import HELD_OUT_SUBSETS
+
+COMMITTED = Path(__file__).resolve().parents[2] / "examples" / "heldout"
+# Words only the held-out domains use: none may appear in the training text.
+MARKERS = ("hive", "apiary", "brood", "queen_seen", "telescope", "bortle", "magnification", "birdwatch", "sighting", "kingfisher")
+
+
+@pytest.mark.parametrize("name", list(heldout.DATASETS))
+def test_each_committed_dataset_is_what_the_generator_makes_and_loads_in_the_harness(name):
+    path = COMMITTED / f"{name}.jsonl"
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert lines == heldout.lines(name), f"regenerate: python -m models.heldout --out {COMMITTED}"
+    load_scenario(str(path))  # every answer meets its line's schema, or loading stops with the line's number
+    assert all(line["answer"] and line["schema"] for line in lines)
+    assert len({json.dumps(line["answer"], sort_keys=True) for line in lines}) == len(lines)  # no two alike
+    tags = {tag for line in lines for tag in line["tags"]}
+    assert name in tags
+
+
+def test_optional_fields_are_sometimes_absent_and_the_values_are_in_the_prompt():
+    for name in heldout.DATASETS:
+        lines = heldout.lines(name)
+        required = set(lines[0]["schema"]["required"])
+        optional = set(lines[0]["schema"]["properties"]) - required
+        assert optional and any(optional - set(line["answer"]) for line in lines), name
+        assert any(optional & set(line["answer"]) for line in lines), name
+        properties = lines[0]["schema"]["properties"]
+        copied = [key for key, spec in properties.items() if spec.get("type") == "string" and "format" not in spec]
+        for line in lines:  # names and ids are copied, not invented (enums and dates are normalised)
+            assert all(line["answer"][key] in line["prompt"] for key in copied if key in line["answer"]), (name, line["answer"])
+
+
+def test_no_training_source_mentions_a_held_out_domain():
+    samples = [(name, 0, 400, "") for name in corpus.MIX if name != "jsonschemabench"]
+    text = " ".join(
+        " ".join(m["content"] for m in pair.messages) + pair.completion for job in samples for pair in corpus._pairs_for(job)
+    ).lower()
+    assert len(text) > 100_000
+    assert [marker for marker in MARKERS if marker in text] == []
+
+
+@pytest.mark.skipif(not JSONSCHEMABENCH.is_dir(), reason="JSONSchemaBench is read from ../shared")
+def test_no_jsonschemabench_training_document_mentions_a_held_out_domain():
+    found = [
+        path.name
+        for path in JSONSCHEMABENCH.glob("*/*.json")
+        if path.parent.name not in HELD_OUT_SUBSETS
+        and any(word in path.read_text(encoding="utf-8", errors="replace").lower() for word in ("beekeep", "apiary", "telescope", "birdwatch"))
+    ]
+    assert found == []
