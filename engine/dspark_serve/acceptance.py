@@ -96,6 +96,21 @@ def _draft_budget(rate: float, longest: int, verify_cost: float, draft_cost: flo
     return best
 
 
+def uniform_pays(rates: Sequence[float], drafts: int, verify_cost: float = VERIFY_COST, draft_cost: float = DRAFT_COST) -> bool:
+    """Whether every request of a batch with these ``rates`` verifying ``drafts`` drafts beats a plain step:
+    expected tokens per unit of step cost, per request,
+
+        tokens = 1 + mean(rate) + mean(rate^2) + ... + mean(rate^drafts)       cost = 1 + draft_cost + verify_cost * drafts
+
+    against 1. All or nothing, not a shorter length: vLLM 0.32 captures its full CUDA graphs for a decode
+    batch of 1 + num_speculative_tokens positions a request (``uniform_decode_query_len``); any other batch
+    runs piecewise graphs, as a batch of requests cut to different lengths does."""
+    if not rates or drafts <= 0:
+        return False
+    powers = np.cumprod(np.broadcast_to(np.asarray(rates, dtype=np.float64), (drafts, len(rates))), axis=0)
+    return 1.0 + float(powers.mean(axis=1).sum()) > 1.0 + draft_cost + verify_cost * drafts
+
+
 @dataclass
 class EngineDraftSource:
     """Drafts made in the engine core with no drafter pass (``engine_drafts``): per request, their own acceptance

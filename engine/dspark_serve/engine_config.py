@@ -27,6 +27,7 @@ SWITCHES = {
     "draft_handoff": "DSPARK_DRAFT_HANDOFF",  # drafts come back with the step's output (draft_handoff)
     "acceptance_cap": "DSPARK_ACCEPTANCE_CAP",  # verify only the drafts that pay, per request (speculation_gate)
     "governor": "DSPARK_GOVERNOR",  # speculate only while it measures faster than not (governor)
+    "uniform_drafts": "DSPARK_UNIFORM_DRAFTS",  # asynchronous scheduling: one draft length per step (speculation_gate)
 }
 
 
@@ -46,6 +47,7 @@ class EngineConfig:
     draft_handoff: bool = True
     acceptance_cap: bool = True
     governor: bool = True
+    uniform_drafts: bool = True
 
     @property
     def speculating(self) -> bool:

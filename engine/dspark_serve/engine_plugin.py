@@ -75,7 +75,8 @@ def install(config: EngineConfig) -> None:
     gate = None
     if config.acceptance_cap:
         costs = StepCosts(draft_prior=prior_draft_cost(config.drafter))
-        gate = speculation_gate.SpeculationGate(counters, costs=costs, governor=Governor() if config.governor else None)
+        governor = Governor() if config.governor else None
+        gate = speculation_gate.SpeculationGate(counters, costs=costs, governor=governor, uniform=config.uniform_drafts)
     gated = speculation_gate.GateHooks(gate) if gate is not None else None
     verify_cost = (lambda: gate.relative_costs[0]) if gate is not None else (lambda: 0.0)
     repeat = repeat_drafts.RepeatDrafter(counters, verify_cost) if config.repeat_drafts else None

@@ -4,7 +4,7 @@
         [--dspark-speculative-length 5] [--dspark-schema-compile SCHEMA_DIR | --no-dspark-schema-compile]
         [--dspark-drafter auto|native|draft-model|structure|ngram|replay|off] [--dspark-draft-model DIR]
         [--no-dspark-repeat-drafts] [--no-dspark-grammar-drafts] [--no-dspark-draft-handoff]
-        [--no-dspark-acceptance-cap] [--no-dspark-governor]
+        [--no-dspark-acceptance-cap] [--no-dspark-governor] [--no-dspark-uniform-drafts]
 
 Every other argument goes to vLLM unchanged. ``--dspark-enabled=false`` (or ``--dspark-enabled false``,
 ``--no-dspark-enabled``) serves stock vLLM. What ``--dspark-enabled`` turns on:

@@ -57,6 +57,7 @@ from dspark_serve.acceptance import (
     draft_budget,
     landed,
     pass_pays,
+    uniform_pays,
     verified_drafts,
 )
 from dspark_serve.governor import Governor
@@ -119,6 +120,10 @@ class SpeculationGate:
     waited: dict[str, int] = field(default_factory=dict)  # asynchronous scheduling: steps since last judged
     costs: StepCosts = field(default_factory=StepCosts)
     governor: Governor | None = field(default_factory=Governor)  # None: no end-to-end check of the gate's choices
+    # Asynchronous scheduling: every request of a step verifies vLLM's length for the batch, or none does
+    # (``uniform_pays``), so the step stays the uniform batch vLLM's full CUDA graphs are captured for; False:
+    # each request cut to its own budget (``slots``).
+    uniform: bool = True
     speculating: bool = True  # the governor's mode for the step being planned
     relative_costs: tuple[float, float] = (VERIFY_COST, DRAFT_COST)  # costs.relative() for this step's batch
     # Steps scheduled and not yet finished, oldest first: (started, positions, drafter runs after it, batch,
@@ -189,11 +194,13 @@ class SpeculationGate:
         """Judged, its drafts do not pay, and no shadow pending: it will not draft again."""
         return request_id in self.history and request_id not in self.shadows and self.budget(request_id, longest) == 0
 
-    def plan_step(self, running_ids: Sequence[str], longest: int) -> tuple[int, list[str]]:
+    def plan_step(self, running_ids: Sequence[str], longest: int, asynchronous: bool = False) -> tuple[int, list[str]]:
         """Drafts per request the worker makes after this step: ``longest`` (vLLM's choice for this batch)
         when the pass pays for the batch's step or a probe is due, else 0; and the running
         requests whose context the drafter should keep (all but the dormant ones, and the new ones no
-        probe will judge)."""
+        probe will judge). Scheduled ``asynchronous``ly with ``uniform``: ``longest`` where every running
+        request verifying that many pays for the batch (``uniform_pays``), and every running request's context
+        is kept."""
         self.relative_costs = self.costs.relative(len(running_ids))  # once per step: budget() runs per request
         self._batch = len(running_ids)
         was = self.speculating
@@ -203,7 +210,8 @@ class SpeculationGate:
             self.counters.add("governor_switches", 1 if was != self.speculating else 0)
         # Where vLLM's load-aware length is 0 no request can draft after this step, so no context is kept. If
         # the batch shrinks later, such a request drafts from a stale context, misses, and goes dormant.
-        live = [r for r in running_ids if not self.dormant(r, longest)] if longest > 0 else []
+        uniform = asynchronous and self.uniform
+        live = (list(running_ids) if uniform else [r for r in running_ids if not self.dormant(r, longest)]) if longest > 0 else []
         batch = len(running_ids), longest, *self.relative_costs
         rates = [self.rate(r) for r in live]
         # Whether a pass pays is the gate's judgement; whether it runs is also the governor's. A plain epoch of
@@ -211,7 +219,7 @@ class SpeculationGate:
         # resumes from a fresh context: a request whose context has gaps drafts from it, misses, goes dormant,
         # and decodes a token a step for the rest of its life (the tail of a P95), and those misses make
         # speculation look slower than it is to the governor.
-        pays = bool(live) and pass_pays(rates, *batch)
+        pays = bool(live) and (uniform_pays(rates, longest, *self.relative_costs) if uniform else pass_pays(rates, *batch))
         anyone = self.speculating and pays
         self.since_drafted += 1
         due = self.since_drafted >= self.probe_gap  # a probe, if hopeful, runs after this step
@@ -227,7 +235,7 @@ class SpeculationGate:
             hopeful = pays
         else:
             hopeful = pass_pays([HOPEFUL_RATE if p else rate for rate, p in zip(rates, probed, strict=True)], *batch)
-        if not pays:
+        if not pays and not uniform:
             live = [r for r, y, p in zip(live, young, probed, strict=True) if not y or (p and hopeful)]
         probing = self.speculating and not anyone and hopeful and due
         self.drafting = anyone or probing
@@ -332,16 +340,18 @@ class GateHooks:
         gate = self.gate
         if output.total_num_scheduled_tokens > 0:
             running = [request.request_id for request in scheduler.running]
-            output.num_spec_tokens_to_schedule, live = gate.plan_step(running, output.num_spec_tokens_to_schedule)
+            asynchronous = bool(scheduler.scheduler_config.async_scheduling)
+            output.num_spec_tokens_to_schedule, live = gate.plan_step(running, output.num_spec_tokens_to_schedule, asynchronous)
             setattr(output, CONTEXT_IDS, None if len(live) == len(running) else frozenset(live))
-            gate.step_started(output.total_num_scheduled_tokens, bool(scheduler.scheduler_config.async_scheduling))
+            gate.step_started(output.total_num_scheduled_tokens, asynchronous)
         return proceed(output)
 
     def async_update_after_schedule(self, proceed, scheduler, output):
-        """Each request's draft placeholders cut to its budget (the worker copies the first ones)."""
+        """Each request's draft placeholders cut to its budget (the worker copies the first ones); with a
+        ``uniform`` gate, none: the step's one length was chosen in ``update_after_schedule``."""
         result = proceed(output)
         longest = output.num_spec_tokens_to_schedule
-        for request_id in output.num_scheduled_tokens if longest > 0 else ():
+        for request_id in output.num_scheduled_tokens if longest > 0 and not self.gate.uniform else ():
             request = scheduler.requests[request_id]
             if not request.is_prefill_chunk and (keep := self.gate.slots(request_id, longest)) < len(request.spec_token_ids):
                 request.spec_token_ids = request.spec_token_ids[:keep]

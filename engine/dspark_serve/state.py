@@ -10,7 +10,8 @@ import numpy as np
 
 STATUS_ENV = "DSPARK_STATUS"  # JSON of what dspark-serve switched on and why (its status line, as data)
 STATE_DIR_ENV = "DSPARK_STATE_DIR"  # folder the engine process and the API server share while serving
-ASYNC_CAP_HOW = "each request's draft placeholders cut to its budget"  # the cap under asynchronous scheduling
+# the cap under asynchronous scheduling (speculation_gate: SpeculationGate.uniform)
+ASYNC_CAP_HOW = "every request of a step drafts, or none, by the batch's measured acceptance (per request with uniform_drafts off)"
 SCHEMA_STATE_FILE = "schemas.json"  # written by the launcher's schema precompile thread
 COUNTER_GLOB = "engine-*.counters"  # one memory-mapped counters file per engine process
 # SchedulerOutput attribute (engine core -> worker): the requests whose context the drafter keeps (None: all)

@@ -1,6 +1,7 @@
-"""The acceptance cap on vLLM's own asynchronous scheduler (a GPU's default for dflash, draft_model and
-dspark): a real ``AsyncScheduler`` schedules placeholders, the gate cuts them per request, and a model
-that lands one request's drafts and none of the other's is simulated step by step."""
+"""The acceptance cap on vLLM's own asynchronous scheduler (a GPU's default for dflash, draft_model, ngram_gpu
+and dspark): a real ``AsyncScheduler`` schedules placeholders, the gate lets every request of a step verify them or
+none (or, with ``uniform`` off, cuts them per request), and a model that lands some requests' drafts and none of
+the others' is simulated step by step."""
 
 from __future__ import annotations
 
@@ -40,11 +41,11 @@ def patched() -> Iterator[Callable[[SpeculationGate], None]]:
     engine_core.install()
 
 
-def _gate(counters: EngineCounters | None = None) -> SpeculationGate:
+def _gate(counters: EngineCounters | None = None, uniform: bool = True) -> SpeculationGate:
     """A gate that keeps its fallback costs: the simulated steps' wall times are not a machine's."""
     costs = StepCosts()
     costs.record = lambda *step: None  # type: ignore[method-assign]
-    return SpeculationGate(counters, costs=costs, governor=None)
+    return SpeculationGate(counters, costs=costs, governor=None, uniform=uniform)
 
 
 def _async_scheduler():
@@ -111,7 +112,8 @@ def test_vllms_async_scheduler_verifies_every_placeholder_for_every_request(patc
 
 @pytest.mark.parametrize("overlapped", [False, True])
 def test_the_cap_cuts_placeholders_of_a_request_whose_drafts_miss_and_rejudges_it(patched, tmp_path, overlapped):
-    gate = _gate(EngineCounters(tmp_path / "engine-1.counters"))
+    """With ``uniform`` off (DSPARK_UNIFORM_DRAFTS=0): each request's placeholders cut to its own budget."""
+    gate = _gate(EngineCounters(tmp_path / "engine-1.counters"), uniform=False)
     patched(gate)
     scheduler = _async_scheduler()
     steps = 3 * REJUDGE_STEPS
@@ -134,3 +136,27 @@ def test_where_no_request_pays_the_async_scheduler_schedules_no_drafts(patched):
     verified = _run(_async_scheduler(), {"a": False, "b": False}, 24)
     assert not any(any(step.values()) for step in verified[10:])  # neither verifies, and the drafter does not run
     assert not gate.drafting
+
+
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_every_request_of_a_step_verifies_the_same_drafts_where_the_batch_pays(patched, overlapped):
+    """Uniform (the default): a request whose drafts land and one whose drafts miss verify the same number of
+    drafts at every step, all of vLLM's length where the batch pays, so the step keeps vLLM's uniform batch shape."""
+    gate = _gate()
+    patched(gate)
+    verified = _run(_async_scheduler(), {"hit": True, "miss": False}, 40, overlapped)
+    assert all(step["hit"] == step["miss"] for step in verified)
+    assert all(step["hit"] == DRAFTS for step in verified[3:])  # one landing request pays for both
+    assert gate.history["miss"].rate < 0.3 < 0.9 < gate.history["hit"].rate  # each still judged on its own
+
+
+def test_one_landing_request_does_not_pay_for_a_batch_whose_drafts_miss(patched):
+    """Seven requests whose drafts miss and one whose drafts land: drafting would verify drafts for all eight,
+    which the one does not pay for, so the batch stops drafting (probes aside), all of it."""
+    gate = _gate()
+    patched(gate)
+    landing = {"hit": True} | {f"miss{i}": False for i in range(7)}
+    verified = _run(_async_scheduler(), landing, 30)
+    assert all(len(set(step.values())) == 1 for step in verified)  # one length for the whole batch, always
+    assert not any(any(step.values()) for step in verified[10:])
+    assert gate.history["hit"].rate > 0.9

@@ -20,6 +20,37 @@ def test_draft_budget_drafts_only_where_it_pays():
     assert draft_budget(0.6, 12, draft_cost=0.0) > 0  # a free drafter drafts wherever a draft may land
 
 
+def test_a_uniform_batch_drafts_where_its_mean_gain_pays_for_every_requests_positions():
+    from dspark_serve.acceptance import uniform_pays
+
+    for rate in (0.0, 0.3, 0.6, 0.89, 0.99):  # one request, or many alike: what draft_budget says of all n drafts
+        for verify, draft in ((0.05, 0.5), (0.01, 0.05)):
+            expected = sum(rate**k for k in range(1, 9)) > draft + verify * 8
+            assert uniform_pays([rate] * 4, 8, verify, draft) == uniform_pays([rate], 8, verify, draft) == expected
+    assert uniform_pays([0.99, 0.0], 8)  # one landing request pays for one that misses
+    assert not uniform_pays([0.9] + [0.0] * 7, 8)  # not for seven: every one verifies 8 positions
+    assert not uniform_pays([], 8) and not uniform_pays([0.99], 0)
+
+
+def test_under_asynchronous_scheduling_the_batch_drafts_only_where_every_requests_positions_pay():
+    """One request whose drafts land among seven whose drafts miss, verified positions dear: the synchronous
+    path drafts for the one and cuts the others; the asynchronous one, where every request of a step verifies
+    the same positions, does not draft at all (with ``uniform`` off it drafts, and the hooks cut per request)."""
+    from dspark_serve.acceptance import StepCosts
+
+    def gate(uniform: bool = True) -> SpeculationGate:
+        costs = StepCosts()
+        costs.relative = lambda batch: (0.2, 0.05)  # type: ignore[method-assign]
+        made = SpeculationGate(costs=costs, governor=None, uniform=uniform)
+        made.history = {"hit": Acceptance(9.5, 0.5)} | {f"miss{i}": Acceptance(0.05, 0.95) for i in range(7)}
+        return made
+
+    running = ["hit"] + [f"miss{i}" for i in range(7)]
+    assert gate().plan_step(running, 4) == (4, ["hit"])
+    assert gate().plan_step(running, 4, asynchronous=True) == (0, running)
+    assert gate(uniform=False).plan_step(running, 4, asynchronous=True)[0] == 4
+
+
 def test_acceptance_falls_when_drafts_miss_and_recovers_when_they_land():
     missing = Acceptance().prior()
     assert draft_budget(missing.rate, 12) == 12  # a new request is trusted
