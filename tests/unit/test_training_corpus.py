@@ -37,7 +37,7 @@ def test_records_are_deterministic_compact_and_varied():
 
 def test_mix_is_a_distribution_over_known_sources():
     assert abs(sum(corpus.MIX.values()) - 1.0) < 1e-9
-    assert {"records", "jsonschemabench"} <= set(corpus.MIX)
+    assert {"records", "jsonschemabench", "extraction"} <= set(corpus.MIX)
 
 
 def _entry(tmp: Path, subset: str, name: str, schema: dict, tests: list[dict]) -> None:
@@ -70,3 +70,49 @@ def test_no_held_out_schema_reaches_the_training_text():
     prompts = {messages[0]["content"] for messages, _ in schema_pairs(CORPUS)}
     assert len(prompts) > 1000
     assert not any(schema in prompt for prompt in prompts for schema in held_out if len(schema) > 200)
+
+
+def _examples(count: int):
+    from models.extraction import extraction_example
+
+    return [extraction_example(random.Random(seed)) for seed in range(count)]
+
+
+def _copied(value, spec: dict, prompt: str) -> bool:
+    """Every string the answer holds is in the prompt as written (dates, numbers and booleans are written as
+    people write them, and the answer normalises them)."""
+    if isinstance(value, dict):
+        return all(_copied(value[k], spec["properties"][k], prompt) for k in value)
+    if isinstance(value, list):
+        return all(_copied(item, spec["items"], prompt) for item in value)
+    return not (spec.get("type") == "string" and "format" not in spec) or value in prompt
+
+
+def test_extraction_answers_meet_their_schemas_and_copy_the_texts_values():
+    from jsonschema import Draft202012Validator, FormatChecker
+
+    for messages, answer, schema in _examples(500):
+        Draft202012Validator(schema, format_checker=FormatChecker()).validate(answer)
+        assert _copied(answer, schema, "\n".join(m["content"] for m in messages)), (messages, answer)
+
+
+def test_extraction_examples_cover_the_shapes_a_users_schema_has():
+    from models.extraction import extraction_pair
+
+    seen: set[str] = set()
+    for messages, answer, schema in _examples(400):
+        for name, spec in schema["properties"].items():
+            seen.add(spec.get("type") or "enum")
+            if spec.get("type") == "array":
+                seen.add("array of objects" if spec["items"].get("type") == "object" else "array of labels")
+            if "format" in spec:
+                seen.add(spec["format"])
+            if name not in answer:
+                seen.add("optional left out")
+        if "matching this schema" in messages[-1]["content"]:
+            seen.add("schema in the prompt")
+    assert {"string", "integer", "number", "boolean", "enum", "object", "array of objects", "array of labels", "date",
+            "optional left out", "schema in the prompt"} <= seen  # fmt: skip
+    assert extraction_pair(11) == extraction_pair(11)
+    answers = [extraction_pair(seed)[1] for seed in range(100)]
+    assert all(a == records.compact(json.loads(a)) for a in answers)

@@ -1,0 +1,195 @@
+"""Training text for extraction into schemas of many shapes: prose that states values, and the JSON they fill.
+
+``models.records`` teaches flat records; a user's schema nests objects and arrays, uses enums, numbers,
+booleans, dates and optional fields, and its source text is a note, a form, a table or a ticket, in any order
+and sometimes in another language. Each example here draws such a schema at random (field names and values
+from ``records``' broad word lists; its kinds exclude the held-out domains of ``models.heldout``), writes its
+values in one of several layouts, and answers with the compact JSON in the schema's key order:
+
+- scalars: ids, names, places, emails, amounts, counts, dates (written as people write them; the answer
+  normalises them to YYYY-MM-DD), enums, booleans (yes/no, true/false, ja/nein, ...);
+- a nested object (a contact, an address, a vendor) of two to four scalars;
+- an array of objects (lines, items, entries) of one to four elements, or an array of enum labels;
+- optional fields that the text leaves out some of the time, and the answer then leaves out too.
+
+The prompt asks for the fields by name, or gives the JSON Schema itself, as users do in json_schema mode.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from models.records import CHOICES, FIRST, KINDS, LAST, WORDS, _field_name, _value, compact
+
+LANGUAGES = ("en", "en", "en", "de", "es", "fr")
+YES_NO = {"en": ("yes", "no"), "de": ("ja", "nein"), "es": ("sí", "no"), "fr": ("oui", "non")}
+IS = {"en": "is", "de": "ist", "es": "es", "fr": "est"}
+NONE_WORD = {"en": "none", "de": "keine", "es": "ninguno", "fr": "aucun"}
+MONTHS = {
+    "en": ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"),
+    "de": ("Januar", "Februar", "März", "April", "Mai", "Juni", "Juli", "August", "September", "Oktober", "November", "Dezember"),
+    "es": ("enero", "febrero", "marzo", "abril", "mayo", "junio", "julio", "agosto", "septiembre", "octubre", "noviembre", "diciembre"),
+    "fr": ("janvier", "février", "mars", "avril", "mai", "juin", "juillet", "août", "septembre", "octobre", "novembre", "décembre"),
+}  # fmt: skip
+GROUPS = ("contact", "address", "vendor", "customer", "owner", "location", "billing", "sender", "recipient", "device")
+GROUP_PARTS = {"contact": ("name", "email", "phone"), "address": ("street", "city", "country"), "location": ("city", "region", "code"),
+               "device": ("model", "brand", "code")}  # fmt: skip
+LISTS = ("items", "lines", "entries", "parts", "tasks", "charges", "stops", "participants")
+LIST_PARTS = (("name", "quantity", "price"), ("code", "count"), ("title", "status"), ("name", "amount"), ("description", "hours"))
+TAGS = ("tags", "labels", "flags", "categories")
+LAYOUTS = ("sentences", "lines", "table", "email")
+
+
+def _written_date(rng: random.Random, iso: str, language: str) -> str:
+    year, month, day = (int(part) for part in iso.split("-"))
+    forms = [iso, f"{day} {MONTHS[language][month - 1]} {year}"]
+    if language == "en":
+        forms += [f"{MONTHS['en'][month - 1]} {day}, {year}", f"{month:02d}/{day:02d}/{year}"]
+    elif language == "de":
+        forms.append(f"{day:02d}.{month:02d}.{year}")
+    else:
+        forms.append(f"{day:02d}/{month:02d}/{year}")
+    return rng.choice(forms)
+
+
+AMOUNTS = ("amount", "total", "price", "cost", "fee", "balance")
+
+
+def _scalar(rng: random.Random, noun: str, language: str, schema: dict[str, Any] | None = None) -> tuple[Any, str, dict[str, Any]]:
+    """(JSON value, how the text writes it, its schema) for a field whose last word is ``noun``; given the
+    ``schema`` of the same field in an earlier row, a value it allows."""
+    if schema is not None and "enum" in schema:
+        value = rng.choice(schema["enum"])
+        return value, value, schema
+    if noun in ("street",):
+        text = f"{rng.randint(1, 999)} {rng.choice(WORDS).title()} {rng.choice(('Street', 'Road', 'Avenue', 'Lane'))}"
+        return text, text, {"type": "string"}
+    if noun in ("description", "title"):
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3)))
+        return text, text, {"type": "string"}
+    if noun == "hours":
+        value = rng.choice((0.5, 1, 1.5, 2, 3, 4, 8))
+        return value, str(value), {"type": "number"}
+    value, written = _value(rng, noun)
+    if isinstance(value, bool):
+        yes, no = YES_NO[language]
+        return value, rng.choice(((yes, no), ("true", "false")))[0 if value else 1], {"type": "boolean"}
+    if isinstance(value, int) and noun not in AMOUNTS:
+        return value, written, {"type": "integer"}
+    if isinstance(value, (int, float)):
+        return value, written.replace(".", ",") if language in ("de", "fr", "es") and rng.random() < 0.5 else written, {"type": "number"}
+    if len(value) == 10 and value[4] == "-" and value[7] == "-":
+        return value, _written_date(rng, value, language), {"type": "string", "format": "date"}
+    choices = next((c for c in CHOICES if value in c), None)
+    if choices is not None:
+        return value, value, {"enum": list(choices)}
+    return value, written, {"type": "string"}
+
+
+def _object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def extraction_example(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any], dict[str, Any]]:
+    """(chat messages, the answer, its JSON Schema) for one made-up extraction request."""
+    kind, language = rng.choice(KINDS), rng.choice(LANGUAGES)
+    style = rng.choice(("snake", "camel"))
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    answer: dict[str, Any] = {}
+    facts: list[tuple[str, str]] = []  # (label, how the text states it)
+
+    def label(name: str) -> str:
+        return name.replace("_", " ") if style == "snake" else name
+
+    def key(*parts: str) -> str:
+        return "_".join(parts) if style == "snake" else parts[0] + "".join(p.title() for p in parts[1:])
+
+    shapes = ["scalar"] * rng.randint(2, 6) + rng.sample(["object", "list", "tags"], rng.randint(0, 2))
+    rng.shuffle(shapes)
+    for shape in shapes:
+        if shape == "scalar":
+            name, noun = _field_name(rng, style)
+            if name in properties:
+                continue
+            value, written, schema = _scalar(rng, noun, language)
+            optional = rng.random() < 0.25
+            properties[name] = schema
+            if not optional:
+                required.append(name)
+            if optional and rng.random() < 0.5:
+                continue  # an optional field the text does not state: absent from the answer too
+            answer[name], _ = value, facts.append((label(name), written))
+        elif shape == "object":
+            group = rng.choice([g for g in GROUPS if g not in properties] or ["details"])
+            parts = GROUP_PARTS.get(group, ("name", rng.choice(("email", "phone", "city", "id"))))
+            inner: dict[str, Any] = {}
+            value_of: dict[str, Any] = {}
+            stated = []
+            for part in parts:
+                value, written, schema = _scalar(rng, part, language)
+                inner[part], value_of[part] = schema, value
+                stated.append(f"{part} {written}")
+            properties[group], answer[group] = _object_schema(inner, list(parts)), value_of
+            required.append(group)
+            facts.append((label(group), ", ".join(stated)))
+        elif shape == "list":
+            name = rng.choice([n for n in LISTS if n not in properties] or ["rows"])
+            parts = rng.choice(LIST_PARTS)
+            rows, stated = [], []
+            item_schema: dict[str, Any] = {}
+            for _ in range(rng.randint(1, 4)):
+                row, said = {}, []
+                for part in parts:
+                    value, written, schema = _scalar(rng, part if part != "name" else "title", language, item_schema.get(part))
+                    row[part], item_schema[part] = value, schema
+                    said.append(f"{part} {written}")
+                rows.append(row)
+                stated.append("(" + ", ".join(said) + ")")
+            properties[name] = {"type": "array", "items": _object_schema(item_schema, list(parts))}
+            required.append(name)
+            answer[name] = rows
+            facts.append((label(name), "; ".join(stated)))
+        else:
+            name = rng.choice([n for n in TAGS if n not in properties] or ["marks"])
+            options = rng.choice(CHOICES)
+            chosen = rng.sample(options, rng.randint(0, min(3, len(options))))
+            properties[name] = {"type": "array", "items": {"enum": list(options)}}
+            required.append(name)
+            answer[name] = chosen
+            facts.append((label(name), ", ".join(chosen) or NONE_WORD[language]))
+    # the answer in the schema's key order, as a grammar-constrained server writes it
+    answer = {name: answer[name] for name in properties if name in answer}
+    schema = _object_schema(properties, [name for name in properties if name in required])
+    rng.shuffle(facts)
+    text = _layout(rng, kind, facts, language)
+    names = ", ".join(properties)
+    ask = rng.random()
+    if ask < 0.45:
+        content = f"Extract the {kind} as JSON ({names}).\n\n{text}"
+    elif ask < 0.75:
+        content = f"Return the {kind} below as JSON matching this schema:\n{json.dumps(schema, ensure_ascii=False)}\n\n{text}"
+    else:
+        return [{"role": "system", "content": f"You turn {kind} notes into JSON with the keys {names}. Reply with JSON only."},
+                {"role": "user", "content": text}], answer, schema  # fmt: skip
+    return [{"role": "user", "content": content}], answer, schema
+
+
+def _layout(rng: random.Random, kind: str, facts: list[tuple[str, str]], language: str) -> str:
+    layout = rng.choice(LAYOUTS)
+    if layout == "lines":
+        return "\n".join(f"{name}: {value}" for name, value in facts)
+    if layout == "table":
+        return "| field | value |\n|---|---|\n" + "\n".join(f"| {name} | {value} |" for name, value in facts)
+    sentences = " ".join(f"The {name} {IS[language]} {value}." if language == "en" else f"{name} {IS[language]} {value}." for name, value in facts)
+    if layout == "email":
+        who = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+        return f"Hi,\n\nabout the {kind}: {sentences}\n\nThanks,\n{who}"
+    return sentences
+
+
+def extraction_pair(seed: int) -> tuple[list[dict[str, str]], str]:
+    messages, answer, _ = extraction_example(random.Random(seed))
+    return messages, compact(answer)
