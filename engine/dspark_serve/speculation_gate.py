@@ -199,8 +199,8 @@ class SpeculationGate:
         when the pass pays for the batch's step or a probe is due, else 0; and the running
         requests whose context the drafter should keep (all but the dormant ones, and the new ones no
         probe will judge). Scheduled ``asynchronous``ly with ``uniform``: ``longest`` where every running
-        request verifying that many pays for the batch (``uniform_pays``), and every running request's context
-        is kept."""
+        request verifying that many pays for the batch (``uniform_pays``), and then every running request's
+        context is kept, as every one verifies drafts."""
         self.relative_costs = self.costs.relative(len(running_ids))  # once per step: budget() runs per request
         self._batch = len(running_ids)
         was = self.speculating
@@ -211,7 +211,7 @@ class SpeculationGate:
         # Where vLLM's load-aware length is 0 no request can draft after this step, so no context is kept. If
         # the batch shrinks later, such a request drafts from a stale context, misses, and goes dormant.
         uniform = asynchronous and self.uniform
-        live = (list(running_ids) if uniform else [r for r in running_ids if not self.dormant(r, longest)]) if longest > 0 else []
+        live = [r for r in running_ids if not self.dormant(r, longest)] if longest > 0 else []
         batch = len(running_ids), longest, *self.relative_costs
         rates = [self.rate(r) for r in live]
         # Whether a pass pays is the gate's judgement; whether it runs is also the governor's. A plain epoch of
@@ -219,7 +219,10 @@ class SpeculationGate:
         # resumes from a fresh context: a request whose context has gaps drafts from it, misses, goes dormant,
         # and decodes a token a step for the rest of its life (the tail of a P95), and those misses make
         # speculation look slower than it is to the governor.
-        pays = bool(live) and (uniform_pays(rates, longest, *self.relative_costs) if uniform else pass_pays(rates, *batch))
+        if uniform:  # every running request would verify the drafts, the dormant ones too
+            pays = bool(live) and uniform_pays([self.rate(r) for r in running_ids], longest, *self.relative_costs)
+        else:
+            pays = bool(live) and pass_pays(rates, *batch)
         anyone = self.speculating and pays
         self.since_drafted += 1
         due = self.since_drafted >= self.probe_gap  # a probe, if hopeful, runs after this step
@@ -235,12 +238,14 @@ class SpeculationGate:
             hopeful = pays
         else:
             hopeful = pass_pays([HOPEFUL_RATE if p else rate for rate, p in zip(rates, probed, strict=True)], *batch)
-        if not pays and not uniform:
+        if not pays:
             live = [r for r, y, p in zip(live, young, probed, strict=True) if not y or (p and hopeful)]
         probing = self.speculating and not anyone and hopeful and due
         self.drafting = anyone or probing
         if self.drafting:
             self.since_drafted = 0
+            if uniform:
+                live = list(running_ids)
         if anyone:
             self.probe_gap = YOUNG_PROBE
         elif probing:

@@ -35,20 +35,23 @@ def test_a_uniform_batch_drafts_where_its_mean_gain_pays_for_every_requests_posi
 def test_under_asynchronous_scheduling_the_batch_drafts_only_where_every_requests_positions_pay():
     """One request whose drafts land among seven whose drafts miss, verified positions dear: the synchronous
     path drafts for the one and cuts the others; the asynchronous one, where every request of a step verifies
-    the same positions, does not draft at all (with ``uniform`` off it drafts, and the hooks cut per request)."""
+    the same positions, does not draft at all (with ``uniform`` off it drafts, and the hooks cut per request),
+    until positions are cheap enough that the one's drafts pay for all eight."""
     from dspark_serve.acceptance import StepCosts
 
-    def gate(uniform: bool = True) -> SpeculationGate:
+    def gate(uniform: bool = True, verify_cost: float = 0.2) -> SpeculationGate:
         costs = StepCosts()
-        costs.relative = lambda batch: (0.2, 0.05)  # type: ignore[method-assign]
+        costs.relative = lambda batch: (verify_cost, 0.05)  # type: ignore[method-assign]
         made = SpeculationGate(costs=costs, governor=None, uniform=uniform)
         made.history = {"hit": Acceptance(9.5, 0.5)} | {f"miss{i}": Acceptance(0.05, 0.95) for i in range(7)}
         return made
 
     running = ["hit"] + [f"miss{i}" for i in range(7)]
     assert gate().plan_step(running, 4) == (4, ["hit"])
-    assert gate().plan_step(running, 4, asynchronous=True) == (0, running)
+    assert gate().plan_step(running, 4, asynchronous=True) == (0, ["hit"])  # the dormant ones' context not kept
     assert gate(uniform=False).plan_step(running, 4, asynchronous=True)[0] == 4
+    # positions cheap enough for the one's drafts to pay for all eight: all draft, so all keep their context
+    assert gate(verify_cost=0.01).plan_step(running, 4, asynchronous=True) == (4, running)
 
 
 def test_acceptance_falls_when_drafts_miss_and_recovers_when_they_land():
