@@ -35,8 +35,11 @@ SIZES: dict[str, dict[str, int]] = {
     "draft-2l": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2, "num_attention_heads": 4},
     "draft-2w": {"hidden_size": 384, "intermediate_size": 1152, "num_hidden_layers": 2, "num_attention_heads": 6},
     "draft-1l": {"hidden_size": 384, "intermediate_size": 1152, "num_hidden_layers": 1, "num_attention_heads": 6},
+    # Trains in seconds on a CPU: the pipeline's smoke test (data -> model -> a folder vLLM and transformers load),
+    # tests/unit/test_training_pipeline.py; answers nothing.
+    "tiny": {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 2},
 }
-LEARNING_RATES = {"main": 1e-3, "draft": 2e-3, "draft-2l": 2e-3, "draft-2w": 2e-3, "draft-1l": 2e-3}  # main: 2e-3 and 1.5e-3 made the loss spike
+LEARNING_RATES = {"main": 1e-3, "draft": 2e-3, "draft-2l": 2e-3, "draft-2w": 2e-3, "draft-1l": 2e-3, "tiny": 2e-3}  # main: 2e-3 and 1.5e-3 made the loss spike
 MAX_LEN = 1024
 
 
@@ -247,7 +250,8 @@ def _write_training_md(out: Path, args, n_params: int, log: list, wall: float, h
         f"- Architecture: LlamaForCausalLM, {n_params / 1e6:.1f}M parameters, hidden {config.hidden_size}, "
         f"{config.num_hidden_layers} layers, {config.num_attention_heads} heads, vocab {config.vocab_size}, tied embeddings",
         f"- Data: {n_rows} (prompt, completion) sequences in models/corpus.py's MIX ({', '.join(f'{k} {v:g}' for k, v in MIX.items())}): "
-        "the scenarios' train split (seeds below 1,000,000), made-up records, JSONSchemaBench documents (JME held out); "
+        "the scenarios' train split (seeds below 1,000,000), made-up records and extractions, JSONSchemaBench documents "
+        "(JME held out); "
         "loss on the completion only",
         f"- Optimiser: AdamW lr {args.lr} (warm-up then cosine to 10%), betas 0.9/0.95, wd 0.1, bf16 autocast, "
         f"~{args.batch_tokens} padded tokens per step",
