@@ -22,10 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from models.extraction import MONTHS  # month names as people write dates
+
 LINES = 100
-MONTHS_EN = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December")
-MONTHS_DE = ("Januar", "Februar", "März", "April", "Mai", "Juni", "Juli", "August", "September", "Oktober", "November", "Dezember")
-MONTHS_ES = ("enero", "febrero", "marzo", "abril", "mayo", "junio", "julio", "agosto", "septiembre", "octubre", "noviembre", "diciembre")
 PEOPLE = ("Ana Costa", "Ben Okafor", "Chen Wei", "Dara Novak", "Eli Haddad", "Fatima Rossi", "Goran Ito", "Hana Silva",
           "Ivan Lopez", "Jin Patel", "Kofi Jensen", "Lena Fischer", "Mateo Kim", "Nia Dubois", "Omar Tanaka", "Priya Evans")  # fmt: skip
 TOWNS = ("Northbridge", "Eastfield", "Westmoor", "Southport", "Kingsbury", "Ashford", "Millbrook", "Redcliff",
@@ -38,11 +37,12 @@ def _date(rng: random.Random) -> tuple[str, int, int, int]:
 
 
 def _written_date(rng: random.Random, language: str, year: int, month: int, day: int) -> str:
+    name = MONTHS[language][month - 1]
     if language == "de":
-        return rng.choice((f"{day}. {MONTHS_DE[month - 1]} {year}", f"{day:02d}.{month:02d}.{year}"))
+        return rng.choice((f"{day}. {name} {year}", f"{day:02d}.{month:02d}.{year}"))
     if language == "es":
-        return f"{day} de {MONTHS_ES[month - 1]} de {year}"
-    return rng.choice((f"{day} {MONTHS_EN[month - 1]} {year}", f"{MONTHS_EN[month - 1]} {day}, {year}", f"{year}-{month:02d}-{day:02d}"))
+        return f"{day} de {name} de {year}"
+    return rng.choice((f"{day} {name} {year}", f"{name} {day}, {year}", f"{year}-{month:02d}-{day:02d}"))
 
 
 # ---------------------------------------------------------------------------------------------------- hives

@@ -107,8 +107,9 @@ def uniform_pays(rates: Sequence[float], drafts: int, verify_cost: float = VERIF
     runs piecewise graphs, as a batch of requests cut to different lengths does."""
     if not rates or drafts <= 0:
         return False
-    powers = np.cumprod(np.broadcast_to(np.asarray(rates, dtype=np.float64), (drafts, len(rates))), axis=0)
-    return 1.0 + float(powers.mean(axis=1).sum()) > 1.0 + draft_cost + verify_cost * drafts
+    # per-rate sums cached at draft_budget's rounding: this runs in the engine core every step
+    gain = sum(_landing(round(rate, 3), drafts) for rate in rates) / len(rates)
+    return gain > draft_cost + verify_cost * drafts
 
 
 @dataclass
@@ -166,7 +167,13 @@ def pass_pays(rates: Sequence[float], batch: int, longest: int, verify_cost: flo
 def _sunk_gain(rate: float, longest: int, verify_cost: float) -> float:
     """Expected tokens gained, less the verified positions' cost, by a request's drafts once the pass is spent."""
     n = _draft_budget(rate, longest, verify_cost, 0.0)
-    return sum(rate**k for k in range(1, n + 1)) - verify_cost * n
+    return _landing(rate, n) - verify_cost * n
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _landing(rate: float, drafts: int) -> float:
+    """Expected drafts accepted of ``drafts`` verified: rate + rate^2 + ... + rate^drafts."""
+    return sum(rate**k for k in range(1, drafts + 1))
 
 
 def verified_drafts(
