@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from dspark_serve import VersionError, installed_vllm, require_supported_vllm
+from dspark_serve import SUPPORTED_VLLM, VersionError, installed_vllm, require_supported_vllm
 from dspark_serve.engine_config import (
     BUDGET_ENV,
     DEFAULT_VERIFY_BUDGET,
@@ -222,6 +222,31 @@ def precompile_target(argv: list[str], environ: dict[str, str]) -> tuple[str, di
     return f"http://{host}:{port}", ({"Authorization": f"Bearer {key}"} if key else {})
 
 
+def cudagraph_mode_asked(argv: list[str]) -> str | None:
+    """The ``cudagraph_mode`` vLLM's argv asks for, upper-cased, in any of its parser's spellings: a
+    --compilation-config (or -cc) JSON, or the dotted --compilation-config.cudagraph_mode; None if none."""
+    for i, arg in enumerate(argv):
+        name, _, inline = arg.partition("=")
+        name = name.replace("_", "-")
+        value = inline if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+        if name in ("--compilation-config", "-cc"):
+            try:
+                config = json.loads(value)
+            except ValueError:
+                continue  # not JSON: vLLM's own parser says what is wrong with it
+            if isinstance(config, dict) and config.get("cudagraph_mode") is not None:
+                return str(config["cudagraph_mode"]).upper()
+        elif name in ("--compilation-config.cudagraph-mode", "-cc.cudagraph-mode") and value:
+            return value.upper()
+    return None
+
+
+# cudagraph_mode FULL (a full graph for every batch, mixed ones too) broke dspark-serve's answers on vLLM 0.32's
+# GPU runner while it speculated: on an H100, 130 of 807 answers equal to stock's, 316 of 320 not valid at 64 users
+# (benchmarks/gpu/h100-s55-fullgraph-probe; the peer with the same mode and no dynamic draft length: all equal).
+UNSAFE_CUDAGRAPH_MODES = ("FULL",)
+
+
 def _arg_value(argv: list[str], flag: str) -> str | None:
     for i, arg in enumerate(argv):
         if arg == flag and i + 1 < len(argv):
@@ -320,6 +345,12 @@ def build(
     if given := [a for a in argv if _is_speculative_config(a)]:
         raise FlagError(f"--dspark-enabled chooses the speculative config itself; fix: drop {given[0].split('=', 1)[0]}")
     speculative = drafter.speculative_config(options.speculative_length, budget[0])
+    if speculative and (mode := cudagraph_mode_asked(argv)) in UNSAFE_CUDAGRAPH_MODES:
+        raise FlagError(
+            f"cudagraph_mode {mode} gives wrong answers under dspark-serve's speculation on vLLM {SUPPORTED_VLLM} "
+            "(benchmarks/gpu/h100-s55-fullgraph-probe); fix: drop it from --compilation-config (vLLM's default, "
+            "FULL_AND_PIECEWISE, runs decode steps on full graphs), or --dspark-drafter off"
+        )
     switched = {**switches(environ or {}), **options.features}  # a flag wins over the environment
     if speculative:
         argv += ["--speculative-config", json.dumps(speculative)]

@@ -321,3 +321,39 @@ def test_a_bad_switch_in_the_environment_exits_2_in_one_line(monkeypatch, capsys
     assert main(ARTICLE) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "DSPARK_REPEAT_DRAFTS='off' is not 0 or 1; fix:" in err[0]
+
+
+FULL_EVERYWHERE = '{"cudagraph_mode": "FULL"}'
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        ["--compilation-config", FULL_EVERYWHERE],
+        [f"--compilation-config={FULL_EVERYWHERE}"],
+        ["-cc", '{"cudagraph_mode": "full", "max_cudagraph_capture_size": 256}'],
+        ["--compilation_config.cudagraph_mode", "FULL"],
+        ["-cc.cudagraph_mode=FULL"],
+    ],
+)
+def test_a_full_graph_for_every_batch_is_refused_while_speculating(spelling):
+    # On an H100 this mode broke dspark-serve's answers (benchmarks/gpu/h100-s55-fullgraph-probe): one line,
+    # naming the mode and the fix, before vLLM starts
+    options, vllm_argv = parse([*ARTICLE, *spelling])
+    with pytest.raises(FlagError, match=r"cudagraph_mode FULL gives wrong answers.*fix: drop it from --compilation-config"):
+        build(options, vllm_argv, gpu=True)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--compilation-config", '{"cudagraph_mode": "FULL_AND_PIECEWISE"}'],
+        ["-cc", '{"cudagraph_mode": "PIECEWISE"}'],
+        ["--compilation-config", '{"max_cudagraph_capture_size": 256}'],
+        ["--dspark-drafter", "off", "--compilation-config", FULL_EVERYWHERE],
+    ],
+)
+def test_other_graph_modes_and_full_graphs_without_speculation_start(extra):
+    options, vllm_argv = parse([*ARTICLE, *extra])
+    argv, facts = build(options, vllm_argv, gpu=True)
+    assert argv[argv.index(extra[-2]) + 1] == extra[-1]  # passed to vLLM as given
