@@ -39,6 +39,7 @@ from dspark_bench.reports.html import render_comparison
 from dspark_bench.reports.tables import (
     agreement_lines,
     capacity_lines,
+    engine_lines,
     format_summary,
     session_lines,
     summary_frame,
@@ -244,6 +245,8 @@ def _write_report(run_dir: Path, store: str | None, source: str) -> None:
     print(f"\nmachine: {results.machine.summary}")
     if placement := placement_line(results.config):
         print(placement)
+    for line in engine_lines(results):
+        print(line)
     comparison = build_comparison(results, load_records(run_dir))
     summary = summary_frame(results, comparison=comparison)
     (run_dir / "summary.txt").write_text(format_summary(summary) + "\n", encoding="utf-8")

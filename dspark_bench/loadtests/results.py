@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from dspark_bench.loadtests.arms import Arm
 from dspark_bench.loadtests.capacity import CapacityResult
 from dspark_bench.loadtests.config import RunConfig, settings
 from dspark_bench.loadtests.deploy.base import Endpoint
+from dspark_bench.loadtests.deploy.engine_log import EngineFacts, engine_facts
 from dspark_bench.loadtests.machine import MachineFacts, machine_facts
 from dspark_bench.loadtests.metrics import LevelHealth, LevelMetrics, level_metrics, level_warnings
 from dspark_bench.loadtests.records import read_records
@@ -48,10 +49,12 @@ class ArmFacts:
     log: str | None = None
     mode: str = ""
     description: str = ""
+    engine: EngineFacts = field(default_factory=EngineFacts)  # how its server says it runs (its log; empty: no log)
 
 
 def arm_facts(config: RunConfig, endpoint: Endpoint) -> ArmFacts:
     arm = config.arm(endpoint.arm)
+    log = endpoint.log_path
     return ArmFacts(
         base_url=endpoint.base_url,
         model=endpoint.model,
@@ -60,7 +63,13 @@ def arm_facts(config: RunConfig, endpoint: Endpoint) -> ArmFacts:
         log=str(endpoint.log_path) if endpoint.log_path else None,
         mode=config.arm_mode(arm).value,
         description=arm.description,
+        engine=engine_facts(log.read_text(encoding="utf-8", errors="replace")) if log and log.is_file() else EngineFacts(),
     )
+
+
+def _arm(raw: dict[str, Any]) -> ArmFacts:
+    facts = _known(ArmFacts, raw)
+    return replace(facts, engine=_known(EngineFacts, raw.get("engine") or {}))
 
 
 @dataclass
@@ -133,7 +142,7 @@ class RunResults:
         return cls(
             run_dir=Path(run_dir),
             config=saved_config(raw.get("config") or {}),
-            arms={name: _known(ArmFacts, facts) for name, facts in (raw.get("arms") or {}).items()},
+            arms={name: _arm(facts) for name, facts in (raw.get("arms") or {}).items()},
             levels=[_level(row, schema) for row in raw["levels"]],
             started=str(raw.get("started", "")),
             finished=raw.get("finished"),

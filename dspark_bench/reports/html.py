@@ -324,7 +324,9 @@ def render_html(results: RunResults, out_path: Path, history: Sequence[str] = ()
     config, machine = results.config, results.machine
     arms = "".join(
         f"<li><b>{esc(name)}</b> ({esc(info.mode)}): {esc(info.description)}<br>"
-        f"<code>{esc(' '.join(info.argv or [info.base_url]))}</code></li>"
+        f"<code>{esc(' '.join(info.argv or [info.base_url]))}</code>"
+        + (f"<br>engine, as its log says: {esc(engine)}" if (engine := info.engine.summary()) else "")
+        + "</li>"
         for name, info in results.arms.items()
     )
     parts = [

@@ -154,6 +154,15 @@ def tag_frame(records: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
+def engine_lines(results: RunResults) -> list[str]:
+    """How each arm's server says it ran (its log: model runner, CUDA graphs, attention, asynchronous scheduling),
+    a line per arm whose server this run started; [] where none did."""
+    said = {name: facts.engine.summary() for name, facts in results.arms.items()}
+    if not any(said.values()):
+        return []
+    return ["engine, as each server's log says:", *(f"  {name}: {line}" for name, line in said.items() if line)]
+
+
 def capacity_lines(results: RunResults) -> list[str]:
     """A --find-capacity run's verdict, a line per scenario: each arm's capacity at the SLO, its bracket,
     and each arm's capacity over the reference arm's (``compare.capacity_ratios``); [] for other runs."""

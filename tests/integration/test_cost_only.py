@@ -45,3 +45,11 @@ def test_a_shaped_model_serves_with_dummy_weights_and_the_run_says_it_is_cost_on
     # dummy weights answer noise, but the same noise: prompt lookup verified by the model changes no answer
     assert "answers equal to baseline-constrained's, same prompt (temperature 0): vllm-ngram 8/8" in out.stdout
     assert "cost-only" in (run / "report.html").read_text()
+    # how each server says it ran, from its own log: the CPU build's V1 runner without CUDA graphs, and the peer's
+    # speculation turning asynchronous scheduling off
+    engines = {name: arm["engine"] for name, arm in results["arms"].items()}
+    assert {engine["runner"] for engine in engines.values()} == {"V1"}
+    assert {engine["cudagraph_mode"] for engine in engines.values()} == {"NONE"}
+    assert engines["baseline-constrained"]["async_off"] is None and "ngram" in engines["vllm-ngram"]["async_off"]
+    assert "engine, as each server's log says:" in out.stdout and "  vllm-ngram: V1 runner; no CUDA graphs; asynchronous scheduling off" in out.stdout
+    assert "engine, as its log says: V1 runner" in (run / "report.html").read_text()

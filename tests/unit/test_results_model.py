@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dspark_bench.loadtests.config import load_config
+from dspark_bench.loadtests.deploy.engine_log import EngineFacts
 from dspark_bench.loadtests.machine import MachineFacts
 from dspark_bench.loadtests.metrics import LevelHealth, level_health, level_metrics
 from dspark_bench.loadtests.results import (
@@ -49,16 +50,23 @@ def test_a_study_output_is_refused_with_its_name(path):
         load_results(path)
 
 
+ENGINE = EngineFacts(runner="V2", cudagraph_mode="FULL_AND_PIECEWISE", graphs={"FULL": 545, "PIECEWISE": 72}, attention="FLASH_ATTN")
+
+
 def test_a_written_run_reads_back_equal(tmp_path):
     config = load_config(None, levels=[1, 8], slo={"e2e_ms": 900.0}, custom_arms=[{"name": "mine", "mode": "json_schema"}])
     health = LevelHealth(valid=False, problems=("achieved concurrency 6.0 of 8 (75% < 90%)",), prefix_cache_reset=True, steal_share=0.01)
     level = LevelResult("mine", "order_extraction", "json_schema", 8, 1, level_metrics([]), health, {"vllm:x": 2.0})
-    written = RunResults(tmp_path, config, {"mine": ArmFacts("http://h", "m", ["vllm"], {"A": "1"})}, [level], complete=True)
+    written = RunResults(tmp_path, config, {"mine": ArmFacts("http://h", "m", ["vllm"], {"A": "1"}, engine=ENGINE)}, [level], complete=True)
     written.write()
     read = load_results(tmp_path)
     assert json.loads((tmp_path / "results.json").read_text())["schema"] == RESULTS_SCHEMA
     assert read.levels == written.levels and read.arms == written.arms and read.machine == written.machine
     assert read.config == config and read.complete and read.finished
+    assert read.arms["mine"].engine == ENGINE  # typed again, not a dict
+    older = json.loads((tmp_path / "results.json").read_text())
+    del older["arms"]["mine"]["engine"]  # a run written before the engine facts
+    assert RunResults.from_dict(older).arms["mine"].engine == EngineFacts()
 
 
 def test_schema_1_health_moves_out_of_the_metrics():
