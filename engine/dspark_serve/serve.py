@@ -222,9 +222,10 @@ def precompile_target(argv: list[str], environ: dict[str, str]) -> tuple[str, di
     return f"http://{host}:{port}", ({"Authorization": f"Bearer {key}"} if key else {})
 
 
-def cudagraph_mode_asked(argv: list[str]) -> str | None:
-    """The ``cudagraph_mode`` vLLM's argv asks for, upper-cased, in any of its parser's spellings: a
-    --compilation-config (or -cc) JSON, or the dotted --compilation-config.cudagraph_mode; None if none."""
+def compilation_setting(argv: list[str], key: str) -> object | None:
+    """One setting of vLLM's compilation config as the argv gives it, in any of its parser's spellings: a
+    --compilation-config (or -cc) JSON, or the dotted --compilation-config.KEY; None if not given."""
+    dotted = ("--compilation-config." + key.replace("_", "-"), "-cc." + key.replace("_", "-"))
     for i, arg in enumerate(argv):
         name, _, inline = arg.partition("=")
         name = name.replace("_", "-")
@@ -234,11 +235,42 @@ def cudagraph_mode_asked(argv: list[str]) -> str | None:
                 config = json.loads(value)
             except ValueError:
                 continue  # not JSON: vLLM's own parser says what is wrong with it
-            if isinstance(config, dict) and config.get("cudagraph_mode") is not None:
-                return str(config["cudagraph_mode"]).upper()
-        elif name in ("--compilation-config.cudagraph-mode", "-cc.cudagraph-mode") and value:
-            return value.upper()
+            if isinstance(config, dict) and config.get(key) is not None:
+                return config[key]
+        elif name in dotted and value:
+            return value
     return None
+
+
+def cudagraph_mode_asked(argv: list[str]) -> str | None:
+    """The ``cudagraph_mode`` vLLM's argv asks for, upper-cased; None if none."""
+    mode = compilation_setting(argv, "cudagraph_mode")
+    return None if mode is None else str(mode).upper()
+
+
+# The most tokens vLLM 0.32 captures a CUDA graph for when not told (VllmConfig._set_cudagraph_sizes): 512, and
+# 1024 on a GPU of compute capability 10.x. A step of more tokens runs without graphs.
+GRAPH_TOKENS = 512
+GRAPH_TOKENS_CC10 = 1024
+
+
+def cuda_graph_tokens(vllm_argv: list[str], capability: tuple[int, int] | None) -> int | None:
+    """The most tokens a step of this server may hold and still replay a captured CUDA graph; None where it
+    captures none (no GPU: ``capability`` None; --enforce-eager; -O0; cudagraph_mode NONE). Pure."""
+    if capability is None or "--enforce-eager" in vllm_argv or "-O0" in vllm_argv or _arg_value(vllm_argv, "-O") == "0":
+        return None
+    if cudagraph_mode_asked(vllm_argv) == "NONE":
+        return None
+    given = _arg_value(vllm_argv, "--max-cudagraph-capture-size") or compilation_setting(vllm_argv, "max_cudagraph_capture_size")
+    sizes = compilation_setting(vllm_argv, "cudagraph_capture_sizes")
+    try:
+        if given is not None:
+            return int(str(given))
+        if isinstance(sizes, list) and sizes:
+            return max(int(size) for size in sizes)
+    except ValueError:
+        return None  # vLLM's own parser says what is wrong with it
+    return GRAPH_TOKENS_CC10 if capability[0] == 10 else GRAPH_TOKENS
 
 
 # cudagraph_mode FULL (a full graph for every batch, mixed ones too) broke dspark-serve's answers on vLLM 0.32's
@@ -256,11 +288,14 @@ def _arg_value(argv: list[str], flag: str) -> str | None:
     return None
 
 
-def verify_budget(environ: dict[str, str]) -> tuple[int, str]:
+def verify_budget(environ: dict[str, str], graph_tokens: int | None = None) -> tuple[int, str]:
     """Token positions one verification step may hold before drafts shrink (vLLM's load-aware length), and
-    why: ``DSPARK_VERIFY_BUDGET`` if set, else a bound wide enough (12 drafts a request up to 78 running
-    requests) that what decides is the speculation gate's step costs, measured on the machine while it
-    serves, not a rule by CPU flag (benchmarks/dspark/budget-measured/)."""
+    why: ``DSPARK_VERIFY_BUDGET`` if set; else, on a GPU, the largest step vLLM replays a CUDA graph for
+    (``graph_tokens``, from ``cuda_graph_tokens``): a step past it runs without graphs, where a launch-bound
+    step costs far more than its positions (stock vLLM on piecewise graphs alone served 15-36% less on an
+    H100, benchmarks/gpu/h100-s55-fullgraph-probe); else a bound wide enough (12 drafts a request up to 78
+    running requests) that what decides is the speculation gate's step costs, measured on the machine while
+    it serves, not a rule by CPU flag (benchmarks/dspark/budget-measured/)."""
     if BUDGET_ENV in environ:
         try:
             value = int(environ[BUDGET_ENV])
@@ -269,6 +304,8 @@ def verify_budget(environ: dict[str, str]) -> tuple[int, str]:
         if value < 1:
             raise FlagError(f"{BUDGET_ENV}={environ[BUDGET_ENV]!r} is not a positive integer; fix: e.g. {BUDGET_ENV}=64, or unset it")
         return value, f"{BUDGET_ENV}={value}"
+    if graph_tokens is not None:
+        return graph_tokens, f"the largest step vLLM replays a CUDA graph for here ({graph_tokens} tokens); {BUDGET_ENV} sets another"
     return DEFAULT_VERIFY_BUDGET, "default: the measured step costs decide"
 
 
@@ -279,6 +316,13 @@ def _gpu_present() -> bool:
         return bool(torch.cuda.is_available())
     except ImportError:
         return False
+
+
+def _gpu_capability() -> tuple[int, int] | None:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return int(major), int(minor)
 
 
 CPU_BLOCK_SIZE = 32
@@ -463,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         options, vllm_argv = parse(argv)
         require_supported_vllm(installed_vllm())
         gpu = _gpu_present()
-        budget = verify_budget(dict(os.environ))
+        budget = verify_budget(dict(os.environ), cuda_graph_tokens(vllm_argv, _gpu_capability() if gpu else None))
         final_argv, facts = build(options, vllm_argv, gpu, budget, dict(os.environ))
     except (FlagError, VersionError, SwitchError) as exc:
         print(f"dspark-serve: error: {exc}", file=sys.stderr)

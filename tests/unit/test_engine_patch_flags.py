@@ -260,6 +260,65 @@ def test_the_verification_budget_is_a_wide_bound_the_measured_costs_decide_withi
         assert f"fewer past {budget[0]} verified positions per step ({budget[1]})" in status_line(facts)
 
 
+HOPPER = (9, 0)
+
+
+@pytest.mark.parametrize(
+    ("extra", "capability", "tokens"),
+    [
+        ([], None, None),  # no GPU: no graphs
+        ([], HOPPER, 512),  # vLLM 0.32's default largest graph
+        ([], (10, 0), 1024),  # ... on a GPU of compute capability 10.x
+        (["--max-cudagraph-capture-size", "256"], HOPPER, 256),
+        (["-cc", '{"max_cudagraph_capture_size": 128}'], HOPPER, 128),
+        (["--compilation-config", '{"cudagraph_capture_sizes": [1, 2, 4, 300]}'], HOPPER, 300),
+        (["--compilation-config.max_cudagraph_capture_size=64"], HOPPER, 64),
+        (["--enforce-eager"], HOPPER, None),
+        (["-O0"], HOPPER, None),
+        (["-cc", '{"cudagraph_mode": "NONE"}'], HOPPER, None),
+    ],
+)
+def test_the_largest_step_a_cuda_graph_serves_is_read_from_vllms_own_settings(extra, capability, tokens):
+    from dspark_serve.serve import cuda_graph_tokens
+
+    assert cuda_graph_tokens(["--model", "m", *extra], capability) == tokens
+
+
+def test_on_a_gpu_every_verification_step_fits_a_cuda_graph_unless_told_otherwise():
+    # a step past vLLM's largest graph runs without graphs: the load-aware length keeps batch * (drafts + 1)
+    # within it, so at 64 users ngram_gpu verifies 7 drafts a request (512 tokens), not 8 (576, no graph)
+    from dspark_serve.serve import verify_budget
+
+    budget = verify_budget({}, 512)
+    assert budget == (512, "the largest step vLLM replays a CUDA graph for here (512 tokens); DSPARK_VERIFY_BUDGET sets another")
+    assert verify_budget({"DSPARK_VERIFY_BUDGET": "1024"}, 512) == (1024, "DSPARK_VERIFY_BUDGET=1024")  # the user's wins
+    options, rest = parse([*ARTICLE, "--dspark-drafter", "ngram"])
+    argv, facts = build(options, rest, gpu=True, budget=budget)
+    schedule = json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens_per_batch_size"]
+    assert next(k for first, last, k in schedule if first <= 64 <= last) == 7
+    assert all(last * (k + 1) <= 512 for first, last, k in schedule if k > 0)
+    assert "fewer past 512 verified positions per step (the largest step vLLM replays a CUDA graph for here" in status_line(facts)
+
+
+def test_the_launcher_on_a_gpu_hands_vllm_the_schedule_that_fits_its_graphs(monkeypatch, capsys):
+    import os
+    import sys
+
+    from dspark_serve import serve
+
+    started: list[list[str]] = []
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != "DSPARK_VERIFY_BUDGET"})
+    monkeypatch.setattr(sys, "argv", ["dspark-serve"])
+    monkeypatch.setattr(serve, "_gpu_present", lambda: True)
+    monkeypatch.setattr(serve, "_gpu_capability", lambda: HOPPER)
+    monkeypatch.setattr(serve.runpy, "run_module", lambda *args, **kwargs: started.append(list(sys.argv)))
+    assert main(["--model", "m", "--dspark-enabled", "--dspark-drafter", "ngram", "--enable-prefix-caching"]) == 0
+    argv = started[0]
+    schedule = json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens_per_batch_size"]
+    assert next(k for first, last, k in schedule if first <= 64 <= last) == 7
+    assert "fewer past 512 verified positions per step" in capsys.readouterr().out
+
+
 def test_a_cpu_server_gets_a_kv_cache_size_unless_the_user_gave_one():
     from dspark_serve.serve import default_cpu_kv_cache
 
