@@ -54,6 +54,30 @@ def test_under_asynchronous_scheduling_the_batch_drafts_only_where_every_request
     assert gate(verify_cost=0.01).plan_step(running, 4, asynchronous=True) == (4, running)
 
 
+def test_under_asynchronous_scheduling_a_batch_that_stopped_drafting_is_re_judged_at_even_steps():
+    """Eight running requests judged dormant, none young: the uniform gate probes the whole batch every
+    ``uniform_probe_gap`` steps (every request verifies the probe's drafts), and drafts again once a probe
+    finds drafts landing. The gap does not double: a batch whose drafts start to land is found within it."""
+    from dspark_serve.acceptance import StepCosts
+    from dspark_serve.speculation_gate import LONGEST_PROBE_GAP, uniform_probe_gap
+
+    costs = StepCosts()
+    costs.relative = lambda batch: (0.01, 0.05)  # type: ignore[method-assign]
+    gate = SpeculationGate(costs=costs, governor=None)
+    running = [f"r{i}" for i in range(8)]
+    gate.history = {r: Acceptance(0.05, 0.95) for r in running}
+    plans = [gate.plan_step(running, 8, asynchronous=True) for _ in range(4 * YOUNG_PROBE)]
+    probes = [step for step, (drafts, _live) in enumerate(plans, start=1) if drafts]
+    assert probes == [YOUNG_PROBE, 2 * YOUNG_PROBE, 3 * YOUNG_PROBE, 4 * YOUNG_PROBE]  # even, not 32, 64, 128, ...
+    assert plans[YOUNG_PROBE - 1] == (8, running)  # a probe: every running request verifies
+    for r in running:  # the probe found the batch copying from its prompts
+        gate.history[r].record(8, 6)
+    assert gate.plan_step(running, 8, asynchronous=True) == (8, running)
+    # probes priced: dear positions probe less often, up to the longest gap; cheap ones no closer than YOUNG_PROBE
+    assert uniform_probe_gap(8, 0.01, 0.05) == YOUNG_PROBE
+    assert uniform_probe_gap(8, 0.2, 0.05) == 165 and uniform_probe_gap(12, 1.0, 0.5) == LONGEST_PROBE_GAP
+
+
 def test_acceptance_falls_when_drafts_miss_and_recovers_when_they_land():
     missing = Acceptance().prior()
     assert draft_budget(missing.rate, 12) == 12  # a new request is trusted
