@@ -75,6 +75,17 @@ def test_counts_only_the_positions_a_step_kept(tmp_path):
     assert read_counters(tmp_path)["grammar_forced_tokens"] == 3
 
 
+def test_a_steps_counts_reach_the_counters_once_each_request_is_counted_or_at_the_next_step(tmp_path):
+    counter = GrammarForcedCounter(EngineCounters(tmp_path / "engine-1.counters"))
+    counter.built(_rows({7}, {8}, {1, 2}), ["a", "b", "gone"], {})
+    counter.accepted("a", 1)
+    counter.accepted("b", 1)
+    counter.built(_rows({3}), ["a"], {})  # the next step: the last one's counts are in, "gone" (aborted) or not
+    assert (read_counters(tmp_path)["grammar_forced_tokens"], read_counters(tmp_path)["constrained_tokens"]) == (2, 2)
+    counter.accepted("a", 4)  # more kept than the request had rows: its one row
+    assert (read_counters(tmp_path)["grammar_forced_tokens"], read_counters(tmp_path)["constrained_tokens"]) == (3, 3)
+
+
 def test_read_counters_sums_engine_processes(tmp_path):
     for pid, values in ((1, [2, 10, 7, 3, 1]), (2, [3, 5])):  # an older, shorter file still reads
         np.array(values, dtype=np.int64).tofile(tmp_path / f"engine-{pid}.counters")
