@@ -318,7 +318,7 @@ def _gpu_present() -> bool:
         return False
 
 
-def _gpu_capability() -> tuple[int, int] | None:
+def _gpu_capability() -> tuple[int, int]:
     import torch
 
     major, minor = torch.cuda.get_device_capability()
