@@ -102,9 +102,9 @@ def uniform_pays(rates: Sequence[float], drafts: int, verify_cost: float = VERIF
 
         tokens = 1 + mean(rate) + mean(rate^2) + ... + mean(rate^drafts)       cost = 1 + draft_cost + verify_cost * drafts
 
-    against 1. All or nothing, not a shorter length: vLLM 0.32 captures its full CUDA graphs for a decode
-    batch of 1 + num_speculative_tokens positions a request (``uniform_decode_query_len``); any other batch
-    runs piecewise graphs, as a batch of requests cut to different lengths does."""
+    against 1. All or nothing, not a shorter length: on a GPU vLLM 0.32's V2 model runner replays a full CUDA
+    graph for a batch whose requests all verify the same number of positions (one set of graphs per draft
+    length of the load-aware schedule); a batch of requests cut to different lengths runs piecewise graphs."""
     if not rates or drafts <= 0:
         return False
     # per-rate sums cached at draft_budget's rounding: this runs in the engine core every step
