@@ -10,7 +10,8 @@ is, so nothing it rejects is verified, and their verification is booked to their
 learned drafter (``ENGINE_DRAFTED``).
 
 Only under vLLM's synchronous scheduling (the CPU's): under asynchronous scheduling (a GPU's, for these
-drafters) vLLM still calls ``EngineCore.post_step``, but no engine-core drafts are made there.
+drafters) vLLM still calls ``EngineCore.post_step``, but no engine-core drafts are made there; grammar
+drafts reach the worker's drafts there instead (``async_grammar_drafts``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dspark_serve.acceptance import verified_drafts
-from dspark_serve.grammar_drafts import GrammarDrafter, jump_forward_string
+from dspark_serve.grammar_drafts import GrammarDrafter, TokenTexts, jump_forward_string
 from dspark_serve.repeat_drafts import RepeatDrafter
 from dspark_serve.state import ENGINE_DRAFTED
 
@@ -68,24 +69,19 @@ class EngineDraftHooks:
     ) -> None:
         self.repeat, self.grammar, self.learned_rate, self.speculating = repeat, grammar, learned_rate, speculating
         self.broken = False
-        self.texts: dict[int, str] = {}  # each token's text, decoded once
+        self.tokens: TokenTexts | None = None
 
     def add_drafts(self, scheduler: Any) -> None:
-        repeat, grammar, texts = self.repeat, self.grammar, self.texts
+        repeat, grammar = self.repeat, self.grammar
         manager = scheduler.structured_output_manager
         tokenizer: Any = getattr(manager, "tokenizer", None)  # None: grammar drafts need it, repeat drafts do not
         spec = scheduler.vllm_config.speculative_config
         if spec is None:
             return
         longest = int(spec.num_speculative_tokens)  # the worker's buffers hold no more
-
-        def encode(text: str) -> list[int]:
-            return tokenizer.encode(text, add_special_tokens=False)
-
-        def text_of(token: int) -> str:
-            if (text := texts.get(token)) is None:
-                text = texts[token] = tokenizer.decode([token])
-            return text
+        if tokenizer is not None and self.tokens is None:
+            self.tokens = TokenTexts(tokenizer)
+        tokens_of = self.tokens
 
         for request in scheduler.running:
             setattr(request, ENGINE_DRAFTED, None)
@@ -98,11 +94,12 @@ class EngineDraftHooks:
             if repeat is not None and expected_landed(range(longest), repeat.rate(request_id)) > expected_landed(learned[1], learned[2]):
                 drafts = repeat.propose(request_id, tokens, longest)  # judges its pending proposal first: rate after
                 candidates.append(("repeat", drafts, repeat.rate(request_id)))
-            if grammar is not None and tokenizer is not None and request.use_structured_output:
-                grammar.written(request_id, tokens, text_of)
+            if grammar is not None and tokens_of is not None and request.use_structured_output:
+                grammar.written(request_id, tokens, tokens_of.text_of)
                 if grammar.budget(request_id, longest) > 0 and (forced := jump_forward_string(request)):
                     grammar.watch(request_id, request.num_tokens, forced)
-                    candidates.append(("grammar", grammar.propose(request_id, forced, encode, longest), grammar.rate(request_id)))
+                    drafts = grammar.propose(request_id, forced, tokens_of.encode, longest)
+                    candidates.append(("grammar", drafts, grammar.rate(request_id)))
             source, drafts = chosen(candidates)
             if source != LEARNED:
                 request.spec_token_ids = manager.validate_tokens(request, drafts) if request.use_structured_output else drafts

@@ -13,6 +13,7 @@ recorded in ``vllm_fingerprints.json`` (``fingerprints``, ``tests/unit/test_engi
   ``governor``'s measured tokens per second per batch size, only while speculating is faster than not;
 - ``engine_drafts``: drafts made in the engine core without a drafter pass, of the text each request
   repeats (``repeat_drafts``) and of the text its grammar forces (``grammar_drafts``), both on by default;
+  under asynchronous scheduling the forced text goes to the worker's drafts instead (``async_grammar_drafts``);
 - ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
 - ``draft_handoff``: a step's drafts come back with its sampled tokens, not in a round trip of their own;
 - ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
@@ -21,6 +22,7 @@ recorded in ``vllm_fingerprints.json`` (``fingerprints``, ``tests/unit/test_engi
 from __future__ import annotations
 
 from dspark_serve import (
+    async_grammar_drafts,
     dflash_fixes,
     draft_handoff,
     engine_drafts,
@@ -37,10 +39,19 @@ from dspark_serve.engine_config import EngineConfig
 from dspark_serve.governor import Governor
 from dspark_serve.hooks import present
 from dspark_serve.state import engine_counters
-from dspark_serve.targets import dflash, engine_core, model_runner, scheduler, structured_output
+from dspark_serve.targets import dflash, engine_core, model_runner, model_runner_v2, scheduler, structured_output
 
-TARGETS = (scheduler, engine_core, structured_output, model_runner, dflash)
-FEATURES = (grammar_counter, speculation_gate, engine_drafts, grammar_drafts, no_draft_step, dflash_fixes, draft_handoff)
+TARGETS = (scheduler, engine_core, structured_output, model_runner, model_runner_v2, dflash)
+FEATURES = (
+    grammar_counter,
+    speculation_gate,
+    engine_drafts,
+    grammar_drafts,
+    async_grammar_drafts,
+    no_draft_step,
+    dflash_fixes,
+    draft_handoff,
+)
 TOUCHPOINTS: dict[str, tuple[str, ...]] = {
     **{module.__name__.rsplit(".", 1)[1]: tuple(module.REPLACES) for module in TARGETS},
     **{module.__name__.rsplit(".", 1)[1]: tuple(getattr(module, "READS", ())) for module in FEATURES},
@@ -65,7 +76,7 @@ def install(config: EngineConfig) -> None:
     counting = grammar_counter.CountingHooks(grammar_counter.GrammarForcedCounter(counters))
     structured_output.install(grammar_bitmask=[counting.grammar_bitmask], accept_tokens=[counting.accept_tokens])
     if not config.speculating:  # nothing to gate, hand off or draft
-        for target in (scheduler, engine_core, model_runner, dflash):
+        for target in (scheduler, engine_core, model_runner, model_runner_v2, dflash):
             target.install()
         return
 
@@ -81,13 +92,16 @@ def install(config: EngineConfig) -> None:
     verify_cost = (lambda: gate.relative_costs[0]) if gate is not None else (lambda: 0.0)
     repeat = repeat_drafts.RepeatDrafter(counters, verify_cost) if config.repeat_drafts else None
     forced = grammar_drafts.GrammarDrafter(counters, verify_cost) if config.grammar_drafts else None
+    speculating = (lambda: gate.speculating) if gate is not None else (lambda: True)
+    forced_texts = async_grammar_drafts.ForcedTexts(forced, speculating) if forced is not None else None
+    overlay = async_grammar_drafts.ForcedOverlay() if forced is not None else None
     drafts = None
     if repeat is not None or forced is not None:
         drafts = engine_drafts.EngineDraftHooks(
             repeat,
             forced,
             gate.rate if gate is not None else (lambda request_id: 1.0),
-            (lambda: gate.speculating) if gate is not None else (lambda: True),
+            speculating,
         )
 
     def hook(feature: object | None, name: str):
@@ -103,6 +117,7 @@ def install(config: EngineConfig) -> None:
             hook(drafts, "update_from_output"), hook(gated, "update_from_output"), hook(handoff, "update_from_output")
         ),
         update_draft_token_ids=present(hook(gated, "update_draft_token_ids")),
+        get_grammar_bitmask=present(hook(forced_texts, "get_grammar_bitmask")),
     )
     # Worker: the handoff takes the drafts from what the step, run as stock vLLM's where nothing drafts, sampled.
     model_runner.install(
@@ -112,6 +127,7 @@ def install(config: EngineConfig) -> None:
         sample_tokens=present(hook(handoff, "sample_tokens"), stock.sample_tokens),
         propose_draft_token_ids=present(hook(fixes, "propose_draft_token_ids")),
     )
+    model_runner_v2.install(sample_tokens=present(hook(overlay, "sample_tokens")))
     cpu_fixes = fixes if fixes is not None and fixes.cpu else None
     dflash.install(
         propose=present(hook(fixes, "propose")),

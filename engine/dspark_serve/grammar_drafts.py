@@ -20,8 +20,9 @@ little is forced; inside them, property names are. vLLM's ``disable_any_whitespa
 but it changes the answers (a comparison would have to give it to every arm alike) and xgrammar 0.2.8
 rejects this model's compact tokens under it (``serve.build``), so it is left to the user.
 
-Only vLLM's synchronous scheduling (the CPU's) runs ``EngineCore.post_step``; under async scheduling
-(GPU) no grammar drafts are made.
+These drafts are made after each step under vLLM's synchronous scheduling (the CPU's, ``engine_drafts``);
+under asynchronous scheduling (a GPU's) the same forced text reaches the worker's drafts one step later
+(``async_grammar_drafts``).
 """
 
 from __future__ import annotations
@@ -106,11 +107,15 @@ class GrammarDrafter(EngineDraftSource):
     spellings: Spellings = field(default_factory=Spellings)
     writing: dict[str, tuple[int, str]] = field(default_factory=dict)  # request -> (token index, forced text)
 
-    def propose(self, request_id: str, forced: str, encode: Callable[[str], list[int]], longest: int) -> list[int]:
-        """This request's grammar drafts for the next step, cut to what pays: the target's own spelling of
-        the forced text where it was seen, else the tokenizer's."""
+    def spell(self, forced: str, encode: Callable[[str], list[int]], longest: int) -> list[int]:
+        """Up to ``longest`` tokens of the forced text: the target's own spelling where it was seen, else the
+        tokenizer's."""
         spelled = self.spellings.get(forced)
-        grammar = list(spelled[:longest]) if spelled else forced_tokens(forced, encode, longest)
+        return list(spelled[:longest]) if spelled else forced_tokens(forced, encode, longest)
+
+    def propose(self, request_id: str, forced: str, encode: Callable[[str], list[int]], longest: int) -> list[int]:
+        """This request's grammar drafts for the next step (``spell``), cut to what pays."""
+        grammar = self.spell(forced, encode, longest)
         return grammar[: self.budget(request_id, len(grammar))]
 
     def watch(self, request_id: str, start: int, forced: str) -> None:
@@ -126,6 +131,23 @@ class GrammarDrafter(EngineDraftSource):
 
     def per_request(self) -> tuple[dict[str, Any], ...]:
         return (self.history, self.writing)
+
+
+class TokenTexts:
+    """The tokenizer's encoding of a text, and each token's text, decoded once (the engine core asks for the
+    same few tokens every step)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.texts: dict[int, str] = {}
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def text_of(self, token: int) -> str:
+        if (text := self.texts.get(token)) is None:
+            text = self.texts[token] = self.tokenizer.decode([token])
+        return text
 
 
 def forces_text(structured: Any) -> bool:

@@ -116,6 +116,8 @@ def plugin():
 POST_STEP = "vllm.v1.engine.core:EngineCore.post_step"
 UPDATE_FROM_OUTPUT = "vllm.v1.core.sched.scheduler:Scheduler.update_from_output"
 SAMPLE_TOKENS = "vllm.v1.worker.gpu_model_runner:GPUModelRunner.sample_tokens"
+V2_SAMPLE_TOKENS = "vllm.v1.worker.gpu.model_runner:GPUModelRunner.sample_tokens"
+GRAMMAR_BITMASK = "vllm.v1.core.sched.scheduler:Scheduler.get_grammar_bitmask"
 
 
 def test_register_leaves_stock_vllm_alone(plugin, monkeypatch):
@@ -142,6 +144,9 @@ def test_each_method_has_one_wrapper_calling_its_hooks_in_the_listed_order(plugi
         "EngineDraftHooks.update_from_output", "GateHooks.update_from_output", "HandoffHooks.update_from_output"
     ]  # fmt: skip
     assert hooks.INSTALLED[SAMPLE_TOKENS] == ["HandoffHooks.sample_tokens", "StockStepHooks.sample_tokens"]
+    # grammar drafts under asynchronous scheduling: the engine core sends the forced text, the V2 runner drafts it
+    assert hooks.INSTALLED[GRAMMAR_BITMASK] == ["ForcedTexts.get_grammar_bitmask"]
+    assert hooks.INSTALLED[V2_SAMPLE_TOKENS] == ["ForcedOverlay.sample_tokens"]
     assert "vllm.v1.spec_decode.dflash:DFlashProposer.propose" not in hooks.INSTALLED  # not the dflash drafter
     assert not list(tmp_path.iterdir())  # files appear with the first count
     plugin(EngineConfig("ngram", str(tmp_path)))  # again: the same one wrapper, on vLLM's own method
@@ -154,6 +159,7 @@ def test_switches_take_their_features_hooks_out(plugin, tmp_path):
 
     plugin(EngineConfig("ngram", str(tmp_path), grammar_drafts=False))
     assert hooks.INSTALLED[POST_STEP][0] == "EngineDraftHooks.post_step"  # repeat drafts still on
+    assert GRAMMAR_BITMASK not in hooks.INSTALLED and V2_SAMPLE_TOKENS not in hooks.INSTALLED
     plugin(EngineConfig("ngram", str(tmp_path), repeat_drafts=False, grammar_drafts=False, draft_handoff=False))
     assert hooks.INSTALLED[POST_STEP] == ["GateHooks.post_step"]
     assert hooks.INSTALLED[SAMPLE_TOKENS] == ["StockStepHooks.sample_tokens"]

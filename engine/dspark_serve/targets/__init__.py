@@ -5,5 +5,6 @@
 - ``engine_core``: ``EngineCore`` (engine-core process);
 - ``structured_output``: ``StructuredOutputManager`` (engine-core process);
 - ``model_runner``: ``GPUModelRunner``, the CPU's runner included (worker process);
+- ``model_runner_v2``: the V2 ``GPUModelRunner`` a GPU runs for asynchronous speculation (worker process);
 - ``dflash``: the DFlash drafter, ``DFlashProposer`` and ``DFlashQwen3Model`` (worker process).
 """
