@@ -193,6 +193,16 @@ def test_grammar_drafts_land_on_schemas_the_drafter_never_saw_and_answers_stay_s
     assert metrics["dspark_grammar_drafts_accepted"] == after["grammar_drafts_accepted"]
 
 
+def test_under_asynchronous_scheduling_the_forced_text_goes_to_the_worker_and_answers_stay_stock(dspark_servers):
+    """Under vLLM's asynchronous scheduling the engine core makes no drafts of its own: it sends each structured
+    request's forced text with the step's grammar bitmask, for the V2 runner a GPU uses to draft
+    (async_grammar_drafts; the CPU's V1 runner leaves it unused). The answers stay stock vLLM's."""
+    before, after = _examples_equal_to_stock(dspark_servers, "async", 4)
+    assert after["async_forced_tokens"] - before["async_forced_tokens"] >= 20
+    assert after["grammar_draft_tokens"] == before["grammar_draft_tokens"]  # no engine-core drafts there
+    assert scrape(dspark_servers["async"].base_url)["dspark_async_forced_tokens"] == after["async_forced_tokens"]
+
+
 def test_repeat_drafts_land_where_answers_repeat_and_answers_stay_stock(dspark_servers):
     """On schemas the drafter never saw, the embedded model copies values out of the prompt and loops in
     blank lines where the grammar allows any whitespace: the request's own text drafts both, and the answers
