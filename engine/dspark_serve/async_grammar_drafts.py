@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dspark_serve.grammar_drafts import GrammarDrafter, TokenTexts, jump_forward_string
+from dspark_serve.grammar_drafts import GrammarDrafter, TokenTexts
 
 HOOKED = (  # the vLLM methods its hooks run on (targets/ installs them)
     "vllm.v1.core.sched.scheduler:Scheduler.get_grammar_bitmask",
@@ -85,14 +85,9 @@ class ForcedTexts:
         forced: Forced = {}
         for request_id in request_ids:
             request = scheduler.requests.get(request_id)
-            if request is None:
-                continue
-            tokens = request.all_token_ids
-            grammar.written(request_id, tokens, tokens_of.text_of)
-            if text := jump_forward_string(request):
-                grammar.watch(request_id, len(tokens), text)
+            if request is not None and (text := grammar.next_forced(request_id, request, tokens_of)):
                 if spelled := grammar.spell(text, tokens_of.encode, longest):
-                    forced[request_id] = (len(tokens), tuple(spelled))
+                    forced[request_id] = (len(request.all_token_ids), tuple(spelled))
         if forced and grammar.counters is not None:
             grammar.counters.add("async_forced_tokens", sum(len(spelled) for _, spelled in forced.values()))
         return forced

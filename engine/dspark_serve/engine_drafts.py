@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dspark_serve.acceptance import verified_drafts
-from dspark_serve.grammar_drafts import GrammarDrafter, TokenTexts, jump_forward_string
+from dspark_serve.grammar_drafts import GrammarDrafter, TokenTexts
 from dspark_serve.repeat_drafts import RepeatDrafter
 from dspark_serve.state import ENGINE_DRAFTED
 
@@ -95,9 +95,8 @@ class EngineDraftHooks:
                 drafts = repeat.propose(request_id, tokens, longest)  # judges its pending proposal first: rate after
                 candidates.append(("repeat", drafts, repeat.rate(request_id)))
             if grammar is not None and tokens_of is not None and request.use_structured_output:
-                grammar.written(request_id, tokens, tokens_of.text_of)
-                if grammar.budget(request_id, longest) > 0 and (forced := jump_forward_string(request)):
-                    grammar.watch(request_id, request.num_tokens, forced)
+                # Not even asked for its forced text where no grammar draft would pay
+                if forced := grammar.next_forced(request_id, request, tokens_of, grammar.budget(request_id, longest) > 0):
                     drafts = grammar.propose(request_id, forced, tokens_of.encode, longest)
                     candidates.append(("grammar", drafts, grammar.rate(request_id)))
             source, drafts = chosen(candidates)

@@ -129,6 +129,16 @@ class GrammarDrafter(EngineDraftSource):
             if self.spellings.learn(forced, tokens[start:], text_of):
                 del self.writing[request_id]
 
+    def next_forced(self, request_id: str, request: Any, tokens_of: TokenTexts, ask: bool = True) -> str:
+        """The text ``request``'s grammar forces next ('' where it forces none, or ``ask`` is False), watched so
+        that its spelling is learnt once written; first learns the spelling of the text it was writing."""
+        tokens = request.all_token_ids
+        self.written(request_id, tokens, tokens_of.text_of)
+        forced = jump_forward_string(request) if ask else ""
+        if forced:
+            self.watch(request_id, len(tokens), forced)
+        return forced
+
     def per_request(self) -> tuple[dict[str, Any], ...]:
         return (self.history, self.writing)
 
