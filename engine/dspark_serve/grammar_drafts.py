@@ -143,16 +143,25 @@ class GrammarDrafter(EngineDraftSource):
         return (self.history, self.writing)
 
 
+ENCODED = 4096  # forced texts whose encoding is kept: a workload's requests share their schemas' names
+
+
 class TokenTexts:
-    """The tokenizer's encoding of a text, and each token's text, decoded once (the engine core asks for the
-    same few tokens every step)."""
+    """The tokenizer's encoding of a forced text and each token's text, each computed once: the engine core
+    asks for the same few every step, and a tokenizer call costs more than the rest of a request's grammar
+    drafts together."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.texts: dict[int, str] = {}
+        self.encoded: OrderedDict[str, list[int]] = OrderedDict()
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        if (tokens := self.encoded.get(text)) is None:
+            tokens = self.encoded[text] = self.tokenizer.encode(text, add_special_tokens=False)
+            if len(self.encoded) > ENCODED:
+                self.encoded.popitem(last=False)
+        return list(tokens)
 
     def text_of(self, token: int) -> str:
         if (text := self.texts.get(token)) is None:

@@ -136,3 +136,20 @@ def test_the_targets_own_spelling_of_a_forced_text_is_learnt_and_drafted():
     assert ended.learn('id"', [5, 11, 6], {**pieces, 11: '"'}.__getitem__)
     assert ended.get('id"') == (5,)  # a token that ends the forced text may be merged next time: not drafted
     assert ended.get('"') is None
+
+
+def test_a_forced_texts_encoding_is_asked_of_the_tokenizer_once(tokenizer):
+    from dspark_serve.grammar_drafts import TokenTexts
+
+    calls = []
+
+    class Counting:
+        def encode(self, text, add_special_tokens):
+            calls.append(text)
+            return tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    texts = TokenTexts(Counting())
+    first = texts.encode('invoice_id"')
+    first.append(-1)  # a caller's list is its own: the kept encoding is not changed through it
+    assert texts.encode('invoice_id"') == tokenizer.encode('invoice_id"', add_special_tokens=False)
+    assert calls == ['invoice_id"']
