@@ -34,6 +34,7 @@ TRACKED = (
     "dspark_plain_steps",  # ... the governor ran with speculation off (it measured plain steps faster)
     "dspark_governor_switches",  # the governor turning speculation off or on again
     "dspark_async_forced_tokens",  # forced-text tokens sent to the worker's drafts under asynchronous scheduling
+    "dspark_async_structure_tokens",  # ... and the structure memory's predictions sent there
 )
 # Gauges: the level's last value, not a difference (the DSpark gate's step costs as it measured them, which
 # its choices to draft or not were made from).

@@ -16,6 +16,9 @@ step late, and nothing waits for it:
    tokens written since that position are the start of the forced tokens, the drafts are the forced
    tokens that follow them. The comparison runs on the device: no host synchronisation.
 
+The same way, where nothing is forced, the engine core sends what the JSON structure memory predicts for a
+request drafted by the GPU's prompt copy (``structure_lookahead``).
+
 The engine core walks the drafts through the grammar as it walks any (``update_draft_token_ids_in_output``)
 and the target verifies them, so a forced draft the target would not write is rejected: answers do not
 change. Drafts are an optimisation: the first error on either side turns this off, with one warning.
@@ -28,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dspark_serve.grammar_drafts import GrammarDrafter, TokenTexts
+from dspark_serve.state import EngineCounters
+from dspark_serve.structure_lookahead import StructureLookahead
 
 HOOKED = (  # the vLLM methods its hooks run on (targets/ installs them)
     "vllm.v1.core.sched.scheduler:Scheduler.get_grammar_bitmask",
@@ -54,8 +59,14 @@ class ForcedTexts:
     """Engine core: the forced tokens of each structured request of a step, sent with its grammar bitmask.
     ``speculating``: whether steps may verify drafts at all now (the speculation gate's)."""
 
-    def __init__(self, grammar: GrammarDrafter, speculating: Callable[[], bool] = lambda: True) -> None:
-        self.grammar, self.speculating = grammar, speculating
+    def __init__(
+        self,
+        grammar: GrammarDrafter | None,
+        speculating: Callable[[], bool] = lambda: True,
+        lookahead: StructureLookahead | None = None,
+        counters: EngineCounters | None = None,
+    ) -> None:
+        self.grammar, self.speculating, self.lookahead, self.counters = grammar, speculating, lookahead, counters
         self.tokens: TokenTexts | None = None
         self.broken = False
 
@@ -73,23 +84,35 @@ class ForcedTexts:
         return output
 
     def forced(self, scheduler: Any, request_ids: Sequence[str]) -> Forced:
-        """{request id: (the position its forced text starts at, its tokens)} for ``request_ids``."""
+        """{request id: (the position its drafts start at, its drafts)} for ``request_ids``: the forced text
+        where its grammar forces one, else what the structure memory predicts (``lookahead``)."""
         spec = scheduler.vllm_config.speculative_config
         tokenizer = getattr(scheduler.structured_output_manager, "tokenizer", None)
         if spec is None or tokenizer is None:
             return {}
         if self.tokens is None:
             self.tokens = TokenTexts(tokenizer)
-        tokens_of, grammar = self.tokens, self.grammar
+        tokens_of, grammar, lookahead = self.tokens, self.grammar, self.lookahead
         longest = 2 * int(spec.num_speculative_tokens) + 1
         forced: Forced = {}
+        counted = {"async_forced_tokens": 0, "async_structure_tokens": 0}
         for request_id in request_ids:
-            request = scheduler.requests.get(request_id)
-            if request is not None and (text := grammar.next_forced(request_id, request, tokens_of)):
-                if spelled := grammar.spell(text, tokens_of.encode, longest):
-                    forced[request_id] = (len(request.all_token_ids), tuple(spelled))
-        if forced and grammar.counters is not None:
-            grammar.counters.add("async_forced_tokens", sum(len(spelled) for _, spelled in forced.values()))
+            if (request := scheduler.requests.get(request_id)) is None:
+                continue
+            text = grammar.next_forced(request_id, request, tokens_of) if grammar is not None else ""
+            if grammar is not None and text and (drafts := grammar.spell(text, tokens_of.encode, longest)):
+                counted["async_forced_tokens"] += len(drafts)
+            elif lookahead is not None and (drafts := lookahead.predict(request_id, request, tokenizer, longest)):
+                counted["async_structure_tokens"] += len(drafts)
+            else:
+                continue
+            forced[request_id] = (len(request.all_token_ids), tuple(drafts))
+        if lookahead is not None:
+            lookahead.forget(scheduler.requests)
+        if self.counters is not None:
+            for name, count in counted.items():
+                if count:
+                    self.counters.add(name, count)
         return forced
 
 

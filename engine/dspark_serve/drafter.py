@@ -112,6 +112,14 @@ class Skeleton:
     def context(self) -> tuple[int, ...]:
         return tuple(self.items[-SKELETON_CONTEXT:])
 
+    def clone(self) -> Skeleton:
+        """A copy to draft on: the items the context reads, and where the stream stands."""
+        copy = Skeleton(self.kinds)
+        copy.items = self.items[-SKELETON_CONTEXT:]
+        copy.in_value, copy.in_string, copy.json_seen = self.in_value, self.in_string, self.json_seen
+        copy.pushed, copy.value_from = self.pushed, self.value_from
+        return copy
+
     @property
     def inside_value(self) -> bool:
         return bool(self.items) and self.items[-1] == VALUE
@@ -137,12 +145,26 @@ class StructureMemory:
             self.counts.clear()
         skeleton = self.skeleton(tokens[max(0, start - WINDOW) : start].tolist())
         for j in range(start, len(tokens)):
-            token = int(tokens[j])
-            if not skeleton.in_value or skeleton.structural(token):  # a value's content is never learned
-                nexts = self.counts[skeleton.context()]
-                nexts[token] = nexts.get(token, 0) + 1
-            skeleton.push(token)
+            self.record(skeleton, int(tokens[j]))
         return skeleton
+
+    def record(self, skeleton: Skeleton, token: int) -> None:
+        """``token`` came after ``skeleton``: counted (at a structural position), then pushed onto it."""
+        if not skeleton.in_value or skeleton.structural(token):  # a value's content is never learned
+            nexts = self.counts[skeleton.context()]
+            nexts[token] = nexts.get(token, 0) + 1
+        skeleton.push(token)
+
+    def continuation(self, skeleton: Skeleton, longest: int) -> list[int]:
+        """What the outputs so far always wrote after ``skeleton`` (a clone of it is walked), up to ``longest``
+        tokens; none for plain text."""
+        if not skeleton.json_seen:
+            return []
+        walked, drafts = skeleton.clone(), list[int]()
+        while len(drafts) < longest and (token := self.predict(walked)) is not None:
+            drafts.append(token)
+            walked.push(token)
+        return drafts
 
     def predict(self, skeleton: Skeleton) -> int | None:
         """The continuation the outputs so far took (nearly) every time after this skeleton, if any."""

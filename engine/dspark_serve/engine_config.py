@@ -28,6 +28,7 @@ SWITCHES = {
     "acceptance_cap": "DSPARK_ACCEPTANCE_CAP",  # verify only the drafts that pay, per request (speculation_gate)
     "governor": "DSPARK_GOVERNOR",  # speculate only while it measures faster than not (governor)
     "uniform_drafts": "DSPARK_UNIFORM_DRAFTS",  # asynchronous scheduling: one draft length per step (speculation_gate)
+    "structure_lookahead": "DSPARK_STRUCTURE_LOOKAHEAD",  # ngram_gpu: JSON structure drafts one step late (structure_lookahead)
 }
 
 
@@ -48,6 +49,7 @@ class EngineConfig:
     acceptance_cap: bool = True
     governor: bool = True
     uniform_drafts: bool = True
+    structure_lookahead: bool = True
 
     @property
     def speculating(self) -> bool:

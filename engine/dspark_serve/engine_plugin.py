@@ -13,7 +13,8 @@ recorded in ``vllm_fingerprints.json`` (``fingerprints``, ``tests/unit/test_engi
   ``governor``'s measured tokens per second per batch size, only while speculating is faster than not;
 - ``engine_drafts``: drafts made in the engine core without a drafter pass, of the text each request
   repeats (``repeat_drafts``) and of the text its grammar forces (``grammar_drafts``), both on by default;
-  under asynchronous scheduling the forced text goes to the worker's drafts instead (``async_grammar_drafts``);
+  under asynchronous scheduling the forced text goes to the worker's drafts instead (``async_grammar_drafts``),
+  and, for the GPU's prompt copy, the JSON structure memory's predictions too (``structure_lookahead``);
 - ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
 - ``draft_handoff``: a step's drafts come back with its sampled tokens, not in a round trip of their own;
 - ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
@@ -33,6 +34,7 @@ from dspark_serve import (
     repeat_drafts,
     require_supported_vllm,
     speculation_gate,
+    structure_lookahead,
 )
 from dspark_serve.acceptance import StepCosts, prior_draft_cost
 from dspark_serve.engine_config import EngineConfig
@@ -48,6 +50,7 @@ FEATURES = (
     engine_drafts,
     grammar_drafts,
     async_grammar_drafts,
+    structure_lookahead,
     no_draft_step,
     dflash_fixes,
     draft_handoff,
@@ -93,8 +96,12 @@ def install(config: EngineConfig) -> None:
     repeat = repeat_drafts.RepeatDrafter(counters, verify_cost) if config.repeat_drafts else None
     forced = grammar_drafts.GrammarDrafter(counters, verify_cost) if config.grammar_drafts else None
     speculating = (lambda: gate.speculating) if gate is not None else (lambda: True)
-    forced_texts = async_grammar_drafts.ForcedTexts(forced, speculating) if forced is not None else None
-    overlay = async_grammar_drafts.ForcedOverlay() if forced is not None else None
+    # The structure memory's predictions stand in for the structure drafter where the GPU's prompt copy drafts
+    lookahead = structure_lookahead.StructureLookahead() if config.structure_lookahead and config.drafter == "ngram_gpu" else None
+    forced_texts = overlay = None
+    if forced is not None or lookahead is not None:
+        forced_texts = async_grammar_drafts.ForcedTexts(forced, speculating, lookahead, counters)
+        overlay = async_grammar_drafts.ForcedOverlay()
     drafts = None
     if repeat is not None or forced is not None:
         drafts = engine_drafts.EngineDraftHooks(

@@ -58,6 +58,7 @@ EXPORTED_COUNTERS = (
     ("plain_steps", "Engine steps the governor ran with speculation off, because it measured plain steps faster"),
     ("governor_switches", "Times the governor turned speculation off or on again"),
     ("async_forced_tokens", "Forced-text tokens the engine core sent to the worker's drafts under asynchronous scheduling"),
+    ("async_structure_tokens", "Structure-memory tokens the engine core sent to the worker's drafts under asynchronous scheduling"),
 )
 # The speculation gate's latest measurements, as gauges (state.MEASURES names them): what its choices were made from.
 MEASURE_HELP = {

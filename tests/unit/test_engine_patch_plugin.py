@@ -172,6 +172,22 @@ def test_switches_take_their_features_hooks_out(plugin, tmp_path):
     ]
 
 
+def test_the_gpus_prompt_copy_gets_structure_predictions_and_no_other_drafter_does(plugin, tmp_path):
+    from dspark_serve import hooks
+
+    def lookahead():
+        wrapper = __import__("vllm.v1.core.sched.scheduler", fromlist=["Scheduler"]).Scheduler.get_grammar_bitmask
+        return getattr(wrapper, hooks.HOOKS)[0].__self__.lookahead
+
+    plugin(EngineConfig("ngram_gpu", str(tmp_path), grammar_drafts=False))  # predictions alone still go out
+    assert hooks.INSTALLED[GRAMMAR_BITMASK] == ["ForcedTexts.get_grammar_bitmask"] and lookahead() is not None
+    assert hooks.INSTALLED[V2_SAMPLE_TOKENS] == ["ForcedOverlay.sample_tokens"]
+    plugin(EngineConfig("dflash", str(tmp_path)))  # a learned drafter's drafts are not overlaid by predictions
+    assert lookahead() is None
+    plugin(EngineConfig("ngram_gpu", str(tmp_path), grammar_drafts=False, structure_lookahead=False))
+    assert GRAMMAR_BITMASK not in hooks.INSTALLED and V2_SAMPLE_TOKENS not in hooks.INSTALLED
+
+
 def test_the_gate_prices_its_drafters_pass_before_measuring_it(plugin, tmp_path):
     """The gate's pass cost before the machine has measured it comes from the drafter the launcher chose."""
     from vllm.v1.engine.core import EngineCore
