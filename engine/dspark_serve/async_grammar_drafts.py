@@ -56,8 +56,9 @@ Forced = dict[str, tuple[int, tuple[int, ...]]]
 
 
 class ForcedTexts:
-    """Engine core: the forced tokens of each structured request of a step, sent with its grammar bitmask.
-    ``speculating``: whether steps may verify drafts at all now (the speculation gate's)."""
+    """Engine core: each structured request's drafts for the worker, sent with the step's grammar bitmask: its
+    forced text (``grammar``), else the structure memory's prediction (``lookahead``). ``speculating``: whether
+    steps may verify drafts at all now (the speculation gate's)."""
 
     def __init__(
         self,
@@ -99,14 +100,15 @@ class ForcedTexts:
         for request_id in request_ids:
             if (request := scheduler.requests.get(request_id)) is None:
                 continue
-            text = grammar.next_forced(request_id, request, tokens_of) if grammar is not None else ""
-            if grammar is not None and text and (drafts := grammar.spell(text, tokens_of.encode, longest)):
+            drafts: list[int] = []
+            if grammar is not None and (text := grammar.next_forced(request_id, request, tokens_of)):
+                drafts = grammar.spell(text, tokens_of.encode, longest)
                 counted["async_forced_tokens"] += len(drafts)
-            elif lookahead is not None and (drafts := lookahead.predict(request_id, request, tokenizer, longest)):
+            if not drafts and lookahead is not None:
+                drafts = lookahead.predict(request_id, request, tokenizer, longest)
                 counted["async_structure_tokens"] += len(drafts)
-            else:
-                continue
-            forced[request_id] = (len(request.all_token_ids), tuple(drafts))
+            if drafts:
+                forced[request_id] = (len(request.all_token_ids), tuple(drafts))
         if lookahead is not None:
             lookahead.forget(scheduler.requests)
         if self.counters is not None:
