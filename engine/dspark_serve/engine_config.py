@@ -29,6 +29,7 @@ SWITCHES = {
     "governor": "DSPARK_GOVERNOR",  # speculate only while it measures faster than not (governor)
     "uniform_drafts": "DSPARK_UNIFORM_DRAFTS",  # asynchronous scheduling: one draft length per step (speculation_gate)
     "structure_lookahead": "DSPARK_STRUCTURE_LOOKAHEAD",  # ngram_gpu: JSON structure drafts one step late (structure_lookahead)
+    "full_graphs": "DSPARK_FULL_GRAPHS",  # V2 runner: each uniform step on a full CUDA graph of its length (full_graphs)
 }
 
 
@@ -50,6 +51,7 @@ class EngineConfig:
     governor: bool = True
     uniform_drafts: bool = True
     structure_lookahead: bool = True
+    full_graphs: bool = True
 
     @property
     def speculating(self) -> bool:

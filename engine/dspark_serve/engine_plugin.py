@@ -17,7 +17,8 @@ recorded in ``vllm_fingerprints.json`` (``fingerprints``, ``tests/unit/test_engi
   and, for the GPU's prompt copy, the JSON structure memory's predictions too (``structure_lookahead``);
 - ``no_draft_step``: a step with no drafts to verify samples as stock vLLM does (worker);
 - ``draft_handoff``: a step's drafts come back with its sampled tokens, not in a round trip of their own;
-- ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts.
+- ``dflash_fixes``: the one-pass drafter's exact K-norm on the CPU, and no forward pass at 0 drafts;
+- ``full_graphs``: each uniform decode step on a full CUDA graph of its own query length (V2 runner, worker).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dspark_serve import (
     dflash_fixes,
     draft_handoff,
     engine_drafts,
+    full_graphs,
     grammar_counter,
     grammar_drafts,
     installed_vllm,
@@ -54,6 +56,7 @@ FEATURES = (
     no_draft_step,
     dflash_fixes,
     draft_handoff,
+    full_graphs,
 )
 TOUCHPOINTS: dict[str, tuple[str, ...]] = {
     **{module.__name__.rsplit(".", 1)[1]: tuple(module.REPLACES) for module in TARGETS},
@@ -134,7 +137,10 @@ def install(config: EngineConfig) -> None:
         sample_tokens=present(hook(handoff, "sample_tokens"), stock.sample_tokens),
         propose_draft_token_ids=present(hook(fixes, "propose_draft_token_ids")),
     )
-    model_runner_v2.install(sample_tokens=present(hook(overlay, "sample_tokens")))
+    graphs = full_graphs.FullGraphHooks() if config.full_graphs else None
+    model_runner_v2.install(
+        sample_tokens=present(hook(overlay, "sample_tokens")), init_candidates=present(hook(graphs, "init_candidates"))
+    )
     cpu_fixes = fixes if fixes is not None and fixes.cpu else None
     dflash.install(
         propose=present(hook(fixes, "propose")),

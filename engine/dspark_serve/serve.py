@@ -5,7 +5,7 @@
         [--dspark-drafter auto|native|draft-model|structure|ngram|replay|off] [--dspark-draft-model DIR]
         [--no-dspark-repeat-drafts] [--no-dspark-grammar-drafts] [--no-dspark-draft-handoff]
         [--no-dspark-acceptance-cap] [--no-dspark-governor] [--no-dspark-uniform-drafts]
-        [--no-dspark-structure-lookahead]
+        [--no-dspark-structure-lookahead] [--no-dspark-full-graphs]
 
 Every other argument goes to vLLM unchanged. ``--dspark-enabled=false`` (or ``--dspark-enabled false``,
 ``--no-dspark-enabled``) serves stock vLLM. What ``--dspark-enabled`` turns on:

@@ -365,7 +365,8 @@ def test_each_engine_feature_has_a_flag_that_wins_over_the_environment():
     assert options.features == {"repeat_drafts": False, "governor": False, "draft_handoff": True} and "--dspark-governor=false" not in rest
     facts = build(options, rest, gpu=False, environ={"DSPARK_DRAFT_HANDOFF": "0", "DSPARK_GRAMMAR_DRAFTS": "0"})[1]
     assert facts["switches"] == {"repeat_drafts": False, "grammar_drafts": False, "draft_handoff": True, "acceptance_cap": True,
-                                 "governor": False, "uniform_drafts": True, "structure_lookahead": True}  # fmt: skip
+                                 "governor": False, "uniform_drafts": True, "structure_lookahead": True,
+                                 "full_graphs": True}  # fmt: skip
     assert set(SWITCHES) == set(facts["switches"])  # every EngineConfig switch has its flag
     off = build(*parse([*ARTICLE, "--no-dspark-acceptance-cap"]), gpu=False)[1]["acceptance_cap"]
     assert off == "off (--no-dspark-acceptance-cap)"

@@ -118,6 +118,7 @@ UPDATE_FROM_OUTPUT = "vllm.v1.core.sched.scheduler:Scheduler.update_from_output"
 SAMPLE_TOKENS = "vllm.v1.worker.gpu_model_runner:GPUModelRunner.sample_tokens"
 V2_SAMPLE_TOKENS = "vllm.v1.worker.gpu.model_runner:GPUModelRunner.sample_tokens"
 GRAMMAR_BITMASK = "vllm.v1.core.sched.scheduler:Scheduler.get_grammar_bitmask"
+INIT_CANDIDATES = "vllm.v1.worker.gpu.cudagraph_utils:ModelCudaGraphManager._init_candidates"
 
 
 def test_register_leaves_stock_vllm_alone(plugin, monkeypatch):
@@ -147,6 +148,7 @@ def test_each_method_has_one_wrapper_calling_its_hooks_in_the_listed_order(plugi
     # grammar drafts under asynchronous scheduling: the engine core sends the forced text, the V2 runner drafts it
     assert hooks.INSTALLED[GRAMMAR_BITMASK] == ["ForcedTexts.get_grammar_bitmask"]
     assert hooks.INSTALLED[V2_SAMPLE_TOKENS] == ["ForcedOverlay.sample_tokens"]
+    assert hooks.INSTALLED[INIT_CANDIDATES] == ["FullGraphHooks.init_candidates"]  # the target's graphs, widened
     assert "vllm.v1.spec_decode.dflash:DFlashProposer.propose" not in hooks.INSTALLED  # not the dflash drafter
     assert not list(tmp_path.iterdir())  # files appear with the first count
     plugin(EngineConfig("ngram", str(tmp_path)))  # again: the same one wrapper, on vLLM's own method
@@ -165,6 +167,8 @@ def test_switches_take_their_features_hooks_out(plugin, tmp_path):
     assert hooks.INSTALLED[SAMPLE_TOKENS] == ["StockStepHooks.sample_tokens"]
     plugin(EngineConfig("ngram", str(tmp_path), repeat_drafts=False, grammar_drafts=False, acceptance_cap=False))
     assert hooks.INSTALLED[POST_STEP] == ["HandoffHooks.post_step"]
+    plugin(EngineConfig("ngram_gpu", str(tmp_path), full_graphs=False))
+    assert INIT_CANDIDATES not in hooks.INSTALLED
     plugin(EngineConfig("off", str(tmp_path)))  # speculation off: grammar-forced counts only
     assert sorted(hooks.INSTALLED) == [
         "vllm.v1.structured_output:StructuredOutputManager.accept_tokens",
