@@ -274,6 +274,22 @@ def cuda_graph_tokens(vllm_argv: list[str], capability: tuple[int, int] | None) 
     return GRAPH_TOKENS_CC10 if capability[0] == 10 else GRAPH_TOKENS
 
 
+# Graph room beside a full verification step for the prompt tokens a step also carries: with DSpark's budget at
+# the largest graph, a step that also prefilled a new request's prompt (about 130 tokens on order_extraction) ran
+# without graphs: 271 of dspark-ngram's logged steps at 64 users on an H100, 676 tokens at the median
+# (benchmarks/gpu/h100-s57-lookahead). Speculating on a GPU, dspark-serve captures graphs up to the budget plus
+# this (1024 tokens by default, vLLM's own ceiling on compute capability 10.x), unless the argv sets the range.
+PREFILL_ROOM = 512
+
+
+def graph_range_given(vllm_argv: list[str]) -> bool:
+    """Whether the argv sets how far vLLM captures CUDA graphs (its largest size, or the sizes themselves)."""
+    keys = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
+    return _arg_value(vllm_argv, "--max-cudagraph-capture-size") is not None or any(
+        compilation_setting(vllm_argv, key) is not None for key in keys
+    )
+
+
 # cudagraph_mode FULL (a full graph for every batch, mixed ones too) broke dspark-serve's answers on vLLM 0.32's
 # GPU runner while it speculated: on an H100, 130 of 807 answers equal to stock's, 316 of 320 not valid at 64 users
 # (benchmarks/gpu/h100-s55-fullgraph-probe; the peer with the same mode and no dynamic draft length: all equal).
@@ -377,10 +393,12 @@ def build(
     gpu: bool,
     budget: tuple[int, str] | None = None,
     environ: dict[str, str] | None = None,
+    graph_tokens: int | None = None,
 ) -> tuple[list[str], dict]:
     """The vLLM argv and the status facts for ``options``. Pure apart from reading the model's config.
     ``budget``: (verified positions per step, why), from ``verify_budget``; None: the default. ``environ``:
-    the server's environment (the engine plugin's switches)."""
+    the server's environment (the engine plugin's switches). ``graph_tokens``: the largest step vLLM would
+    capture a CUDA graph for (``cuda_graph_tokens``; None: no graphs)."""
     if not options.enabled:
         return vllm_argv, {"enabled": False}
     if budget is None:
@@ -399,6 +417,10 @@ def build(
     switched = {**switches(environ or {}), **options.features}  # a flag wins over the environment
     if speculative:
         argv += ["--speculative-config", json.dumps(speculative)]
+    graph_ceiling = None
+    if speculative and graph_tokens is not None and not graph_range_given(argv):
+        graph_ceiling = max(graph_tokens, budget[0]) + PREFILL_ROOM
+        argv += ["--max-cudagraph-capture-size", str(graph_ceiling)]
     # JSON stays uncompacted: vLLM's disable_any_whitespace covers json_object too, where xgrammar 0.2.8
     # demands ", " after a comma (mlc-ai/xgrammar#945) and rejects this model's compact '","' token.
     if "--enable-prefix-caching" not in argv:
@@ -422,6 +444,7 @@ def build(
         "speculative_length_from": "--dspark-speculative-length" if options.speculative_length else "the drafter's longest; the gate verifies what pays",
         "verify_budget": budget[0],
         "verify_budget_reason": budget[1],
+        "graph_ceiling": graph_ceiling,  # CUDA graphs captured up to this many tokens a step (None: vLLM's choice)
         "response_format": options.response_format,
         "prefix_caching": True,
         "block_size": int(block_size) if block_size else None,
@@ -453,10 +476,15 @@ def status_line(facts: dict) -> str:
         if facts.get("engine_plugin", True)
         else "grammar-forced tokens NOT counted (engine plugin not registered; fix: pip install ./engine (dspark-serve) in this environment)"
     )
+    graphs = (
+        f", CUDA graphs up to {facts['graph_ceiling']} tokens a step (room for a prompt beside a full verification)"
+        if facts.get("graph_ceiling")
+        else ""
+    )
     return (
         f"DSpark: on; drafter {facts['drafter']} ({facts['drafter_reason']}), up to {facts['speculative_length']} "
         f"draft tokens, fewer past {facts.get('verify_budget', '?')} verified positions per step "
-        f"({facts.get('verify_budget_reason', 'default')}); default response format {default}; prefix caching "
+        f"({facts.get('verify_budget_reason', 'default')}){graphs}; default response format {default}; prefix caching "
         f"on{blocks}; {schemas}; {counter}; acceptance cap {facts.get('acceptance_cap', 'active')}"
     )
 
@@ -508,8 +536,9 @@ def main(argv: list[str] | None = None) -> int:
         options, vllm_argv = parse(argv)
         require_supported_vllm(installed_vllm())
         gpu = _gpu_present()
-        budget = verify_budget(dict(os.environ), cuda_graph_tokens(vllm_argv, _gpu_capability() if gpu else None))
-        final_argv, facts = build(options, vllm_argv, gpu, budget, dict(os.environ))
+        graph_tokens = cuda_graph_tokens(vllm_argv, _gpu_capability() if gpu else None)
+        budget = verify_budget(dict(os.environ), graph_tokens)
+        final_argv, facts = build(options, vllm_argv, gpu, budget, dict(os.environ), graph_tokens)
     except (FlagError, VersionError, SwitchError) as exc:
         print(f"dspark-serve: error: {exc}", file=sys.stderr)
         return 2

@@ -316,7 +316,30 @@ def test_the_launcher_on_a_gpu_hands_vllm_the_schedule_that_fits_its_graphs(monk
     argv = started[0]
     schedule = json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens_per_batch_size"]
     assert next(k for first, last, k in schedule if first <= 64 <= last) == 7
+    assert argv[argv.index("--max-cudagraph-capture-size") + 1] == "1024"  # room for a prompt beside them
     assert "fewer past 512 verified positions per step" in capsys.readouterr().out
+
+
+def test_on_a_gpu_graphs_reach_past_a_full_verification_step_by_room_for_a_prompt():
+    # a step that verifies 512 positions and prefills a 130-token prompt ran without graphs on an H100
+    # (benchmarks/gpu/h100-s57-lookahead): graphs are captured up to the budget plus a prompt's room
+    from dspark_serve.serve import verify_budget
+
+    budget = verify_budget({}, 512)
+    options, rest = parse([*ARTICLE, "--dspark-drafter", "ngram"])
+    argv, facts = build(options, rest, gpu=True, budget=budget, graph_tokens=512)
+    assert argv[argv.index("--max-cudagraph-capture-size") + 1] == "1024" and facts["graph_ceiling"] == 1024
+    assert "CUDA graphs up to 1024 tokens a step" in status_line(facts)
+    wide = build(options, rest, gpu=True, budget=verify_budget({"DSPARK_VERIFY_BUDGET": "1024"}, 512), graph_tokens=512)[0]
+    assert wide[wide.index("--max-cudagraph-capture-size") + 1] == "1536"
+    for extra in (["--max-cudagraph-capture-size", "256"], ["-cc", '{"cudagraph_capture_sizes": [1, 8]}']):
+        given, given_rest = parse([*ARTICLE, *extra])  # the user's range wins
+        kept, kept_facts = build(given, given_rest, gpu=True, budget=budget, graph_tokens=256)
+        assert kept.count("--max-cudagraph-capture-size") == given_rest.count("--max-cudagraph-capture-size")
+        assert kept_facts["graph_ceiling"] is None and "CUDA graphs up to" not in status_line(kept_facts)
+    off = build(*parse([*ARTICLE, "--dspark-drafter", "off"]), gpu=True, budget=budget, graph_tokens=512)[0]
+    assert "--max-cudagraph-capture-size" not in off  # no verification steps: vLLM's own range
+    assert "--max-cudagraph-capture-size" not in build(options, rest, gpu=False, budget=budget)[0]  # no graphs
 
 
 def test_a_cpu_server_gets_a_kv_cache_size_unless_the_user_gave_one():
