@@ -35,6 +35,8 @@ TRACKED = (
     "dspark_governor_switches",  # the governor turning speculation off or on again
     "dspark_async_forced_tokens",  # forced-text tokens sent to the worker's drafts under asynchronous scheduling
     "dspark_async_structure_tokens",  # ... and the structure memory's predictions sent there
+    "dspark_engine_hook_us",  # microseconds the patch's own hooks took in the engine core
+    "dspark_worker_hook_us",  # ... and in the worker
 )
 # Gauges: the level's last value, not a difference (the DSpark gate's step costs as it measured them, which
 # its choices to draft or not were made from).

@@ -41,7 +41,7 @@ from dspark_serve import (
 from dspark_serve.acceptance import StepCosts, prior_draft_cost
 from dspark_serve.engine_config import EngineConfig
 from dspark_serve.governor import Governor
-from dspark_serve.hooks import present
+from dspark_serve.hooks import CLOCK, present
 from dspark_serve.state import engine_counters
 from dspark_serve.targets import dflash, engine_core, model_runner, model_runner_v2, scheduler, structured_output
 
@@ -79,6 +79,7 @@ def register() -> None:
 def install(config: EngineConfig) -> None:
     """Every hook list of ``config``'s features, outermost first, in one place."""
     counters = engine_counters(config.state_dir)
+    CLOCK.sink = lambda side, micro: counters.add(f"{side}_hook_us", micro)
     counting = grammar_counter.CountingHooks(grammar_counter.GrammarForcedCounter(counters))
     structured_output.install(grammar_bitmask=[counting.grammar_bitmask], accept_tokens=[counting.accept_tokens])
     if not config.speculating:  # nothing to gate, hand off or draft
@@ -153,3 +154,4 @@ def uninstall() -> None:
     """vLLM's own methods back on every target (tests, and a process that turns DSpark off)."""
     for target in TARGETS:
         target.install()
+    CLOCK.sink = None

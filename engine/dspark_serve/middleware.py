@@ -59,6 +59,8 @@ EXPORTED_COUNTERS = (
     ("governor_switches", "Times the governor turned speculation off or on again"),
     ("async_forced_tokens", "Forced-text tokens the engine core sent to the worker's drafts under asynchronous scheduling"),
     ("async_structure_tokens", "Structure-memory tokens the engine core sent to the worker's drafts under asynchronous scheduling"),
+    ("engine_hook_us", "Microseconds DSpark's own hooks took in the engine core (scheduler, engine core, grammar), vLLM's methods excluded"),
+    ("worker_hook_us", "Microseconds DSpark's own hooks took in the worker (model runner, drafters), vLLM's methods excluded"),
 )
 # The speculation gate's latest measurements, as gauges (state.MEASURES names them): what its choices were made from.
 MEASURE_HELP = {

@@ -32,8 +32,9 @@ ENGINE_DRAFTED = "dspark_engine_drafted"
 # for in a round trip of their own (draft_handoff). Last, steps scheduled asynchronously, where the
 # acceptance cap cuts placeholders instead of drafts (speculation_gate). Then steps the governor ran with
 # speculation off because it measured plain steps faster, and its switches between the two (governor).
-# Last, the forced tokens sent to the worker's drafts under asynchronous scheduling (async_grammar_drafts), and
-# the structure memory's predictions sent there (structure_lookahead).
+# Then the forced tokens sent to the worker's drafts under asynchronous scheduling (async_grammar_drafts), and
+# the structure memory's predictions sent there (structure_lookahead). Last, the time DSpark's own hooks took in
+# the engine core and in the worker, in microseconds (hooks.CLOCK).
 COUNTERS = (
     "grammar_forced_tokens",
     "constrained_tokens",
@@ -56,6 +57,8 @@ COUNTERS = (
     "governor_switches",
     "async_forced_tokens",
     "async_structure_tokens",
+    "engine_hook_us",
+    "worker_hook_us",
 )
 MEASURES = ("step_fixed_us", "step_per_position_us", "drafter_pass_us", "drafts_pay_to_batch")  # set, not summed: the largest over processes
 

@@ -168,6 +168,8 @@ def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(dspark_serve
     for counted in ("async_steps", "plain_steps", "governor_switches", "drafter_steps"):
         assert metrics[f"dspark_{counted}"] == after[counted], counted
     assert metrics["dspark_step_fixed_us"] == after["step_fixed_us"] > 0
+    for side in ("engine", "worker"):  # the patch's own Python, beside what the step cost
+        assert after[f"{side}_hook_us"] > before[f"{side}_hook_us"], side
 
 
 def test_the_engine_core_drafts_only_where_the_worker_leaves_it_the_draft_positions(dspark_servers):

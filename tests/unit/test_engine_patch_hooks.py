@@ -1,6 +1,7 @@
 """hooks.chain: one wrapper per method, its hooks called outermost first, on plain classes (no vLLM)."""
 
 import inspect
+import time
 
 from dspark_serve import hooks
 
@@ -65,3 +66,30 @@ def test_an_inherited_method_is_wrapped_on_the_subclass_alone():
 def test_present_drops_the_hooks_of_features_that_are_off():
     on = _hook("on", [])
     assert hooks.present(None, on, None) == [on]
+
+
+class Slow:
+    def step(self) -> str:
+        """vLLM's own, which takes 100 ms."""
+        time.sleep(0.1)
+        return "stepped"
+
+
+def test_the_clock_counts_the_hooks_time_and_not_vllms(monkeypatch):
+    clock, sunk = hooks.HookClock(), []
+    clock.sink = lambda side, micro: sunk.append((side, micro))
+    monkeypatch.setattr(hooks, "CLOCK", clock)
+
+    def hook(proceed, obj):
+        time.sleep(0.005)  # the hook's own 5 ms
+        return proceed()
+
+    try:
+        hooks.chain(Slow, "step", [hook])
+        assert [Slow().step() for _ in range(3)] == ["stepped"] * 3
+        clock.flush()
+    finally:
+        hooks.chain(Slow, "step", [])
+    assert [side for side, _ in sunk] == ["engine"]  # not a worker module's class
+    assert 15_000 <= sunk[0][1] < 150_000  # three hooks' 5 ms, none of vLLM's 300 ms
+    assert clock.calls == 0 and clock.ns["engine"] < 1000  # flushed, the remainder under a microsecond
