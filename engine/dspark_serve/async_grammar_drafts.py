@@ -57,24 +57,26 @@ Forced = dict[str, tuple[int, tuple[int, ...]]]
 
 class ForcedTexts:
     """Engine core: each structured request's drafts for the worker, sent with the step's grammar bitmask: its
-    forced text (``grammar``), else the structure memory's prediction (``lookahead``). ``speculating``: whether
-    steps may verify drafts at all now (the speculation gate's)."""
+    forced text (``grammar``), else the structure memory's prediction (``lookahead``). ``drafting``: whether the
+    drafts the worker makes after the step being scheduled will be verified (the speculation gate's plan for it,
+    made in ``Scheduler.schedule`` before vLLM asks for this step's bitmask); where not, none are sent, and
+    the engine core spends nothing on them."""
 
     def __init__(
         self,
         grammar: GrammarDrafter | None,
-        speculating: Callable[[], bool] = lambda: True,
+        drafting: Callable[[], bool] = lambda: True,
         lookahead: StructureLookahead | None = None,
         counters: EngineCounters | None = None,
     ) -> None:
-        self.grammar, self.speculating, self.lookahead, self.counters = grammar, speculating, lookahead, counters
+        self.grammar, self.drafting, self.lookahead, self.counters = grammar, drafting, lookahead, counters
         self.tokens: TokenTexts | None = None
         self.broken = False
 
     def get_grammar_bitmask(self, proceed, scheduler, scheduler_output):
         output = proceed(scheduler_output)
         # Synchronous scheduling drafts the forced text in the engine core itself (engine_drafts).
-        if output is None or self.broken or not scheduler.scheduler_config.async_scheduling or not self.speculating():
+        if output is None or self.broken or not scheduler.scheduler_config.async_scheduling or not self.drafting():
             return output
         try:
             if forced := self.forced(scheduler, output.structured_output_request_ids):

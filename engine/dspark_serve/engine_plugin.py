@@ -104,7 +104,9 @@ def install(config: EngineConfig) -> None:
     lookahead = structure_lookahead.StructureLookahead() if config.structure_lookahead and config.drafter == "ngram_gpu" else None
     forced_texts = overlay = None
     if forced is not None or lookahead is not None:
-        forced_texts = async_grammar_drafts.ForcedTexts(forced, speculating, lookahead, counters)
+        # Sent only where the worker's next drafts will be verified: the gate plans that step before the bitmask
+        drafting = (lambda: gate.drafting) if gate is not None else (lambda: True)
+        forced_texts = async_grammar_drafts.ForcedTexts(forced, drafting, lookahead, counters)
         overlay = async_grammar_drafts.ForcedOverlay()
     drafts = None
     if repeat is not None or forced is not None:

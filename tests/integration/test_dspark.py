@@ -196,11 +196,13 @@ def test_grammar_drafts_land_on_schemas_the_drafter_never_saw_and_answers_stay_s
 
 
 def test_under_asynchronous_scheduling_the_forced_text_goes_to_the_worker_and_answers_stay_stock(dspark_servers):
-    """Under vLLM's asynchronous scheduling the engine core makes no drafts of its own: it sends each structured
-    request's forced text with the step's grammar bitmask, for the V2 runner a GPU uses to draft
-    (async_grammar_drafts; the CPU's V1 runner leaves it unused). The answers stay stock vLLM's."""
-    before, after = _examples_equal_to_stock(dspark_servers, "async", 4)
-    assert after["async_forced_tokens"] - before["async_forced_tokens"] >= 20
+    """Under vLLM's asynchronous scheduling the engine core makes no drafts of its own: on the steps after which
+    the gate has the worker's drafts verified, it sends each structured request's forced text with the step's
+    grammar bitmask, for the V2 runner a GPU uses to draft (async_grammar_drafts; the CPU's V1 runner leaves it
+    unused). The answers stay stock vLLM's."""
+    before, after = _examples_equal_to_stock(dspark_servers, "async", 6)  # a request's first steps draft its keys
+    sent, drafted = (after[name] - before[name] for name in ("async_forced_tokens", "drafter_steps"))
+    assert sent > 0 and drafted > 0, (sent, drafted, after["engine_steps"] - before["engine_steps"])
     assert after["grammar_draft_tokens"] == before["grammar_draft_tokens"]  # no engine-core drafts there
     assert scrape(dspark_servers["async"].base_url)["dspark_async_forced_tokens"] == after["async_forced_tokens"]
 

@@ -141,9 +141,9 @@ def test_only_asynchronous_scheduling_sends_forced_text(tokenizer):
     sent = bitmask(ForcedTexts(GrammarDrafter()), _scheduler(tokenizer, {"r": request}))
     assert sent is not None and sent["r"][0] == len(request.all_token_ids)
     assert [tokenizer.decode([t]) for t in sent["r"][1]] == ["in", "voice", "_", "id"]
-    # synchronous scheduling drafts it in the engine core (engine_drafts); a gate that stopped speculating
+    # synchronous scheduling drafts it in the engine core (engine_drafts); a gate that drafts nothing after the step
     assert bitmask(ForcedTexts(GrammarDrafter()), _scheduler(tokenizer, {"r": request}, async_scheduling=False)) is None
-    assert bitmask(ForcedTexts(GrammarDrafter(), speculating=lambda: False), _scheduler(tokenizer, {"r": request})) is None
+    assert bitmask(ForcedTexts(GrammarDrafter(), drafting=lambda: False), _scheduler(tokenizer, {"r": request})) is None
     # an error turns it off and the bitmask still goes out
     broken = ForcedTexts(GrammarDrafter())
     assert bitmask(broken, SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=True))) is None

@@ -403,3 +403,20 @@ def test_a_step_after_which_the_drafter_has_nothing_to_do_runs_as_stock_vllms():
     assert not drafter_idle(one_pass, step(0, None), OnePass)  # every request's context is kept
     # a draft model keeps its own KV cache in step with every token: it runs after every step
     assert not drafter_idle(SimpleNamespace(drafter=object()), step(0, frozenset()), OnePass)
+
+
+def test_forced_texts_go_out_only_for_drafts_the_gate_will_verify(plugin, tmp_path):
+    """Under asynchronous scheduling the gate plans whether the worker's drafts after a step are verified before
+    vLLM asks for that step's bitmask: where they will not be, no forced text or prediction is worked out."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from dspark_serve import hooks
+
+    plugin(EngineConfig("ngram_gpu", str(tmp_path)))
+    texts = getattr(Scheduler.get_grammar_bitmask, hooks.HOOKS)[0].__self__
+    gate = getattr(Scheduler.update_from_output, hooks.HOOKS)[1].__self__.gate
+    for planned in (False, True):
+        gate.drafting = planned
+        assert texts.drafting() is planned
+    plugin(EngineConfig("ngram_gpu", str(tmp_path), acceptance_cap=False))  # no gate: every step's drafts verify
+    assert getattr(Scheduler.get_grammar_bitmask, hooks.HOOKS)[0].__self__.drafting()
