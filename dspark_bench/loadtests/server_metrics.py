@@ -97,6 +97,9 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
         for kind in ("drafter", "plain"):
             if (counted := out.get(f"dspark_{kind}_steps")) is not None:
                 out[f"{kind}_step_share"] = counted / steps
+        for side in ("engine", "worker"):  # the patch's own Python a step, beside what a step cost
+            if (micro := out.get(f"dspark_{side}_hook_us")) is not None:
+                out[f"{side}_hook_us_per_step"] = micro / steps
     queries, hits = out.get("vllm:prefix_cache_queries"), out.get("vllm:prefix_cache_hits")
     if queries:
         out["prefix_cache_hit_rate"] = (hits or 0.0) / queries

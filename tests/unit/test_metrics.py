@@ -107,7 +107,7 @@ def test_the_gates_counts_are_differences_and_its_measured_costs_the_levels_last
     from dspark_bench.loadtests import server_metrics
 
     def page(steps: int, plain: int, fixed_us: int) -> str:  # as prometheus_client writes dspark-serve's
-        counters = {"engine_steps": steps, "plain_steps": plain, "drafter_steps": steps // 4}
+        counters = {"engine_steps": steps, "plain_steps": plain, "drafter_steps": steps // 4, "engine_hook_us": 3 * steps}
         text = "".join(f"# TYPE dspark_{name}_total counter\ndspark_{name}_total {value}.0\n" for name, value in counters.items())
         return text + f"# TYPE dspark_step_fixed_us gauge\ndspark_step_fixed_us {fixed_us}.0\n"
 
@@ -123,6 +123,7 @@ def test_the_gates_counts_are_differences_and_its_measured_costs_the_levels_last
     assert out["dspark_engine_steps"] == 200 and out["dspark_plain_steps"] == 150
     assert out["dspark_step_fixed_us"] == 700  # what the gate measured by the level's end, not 700 - 900
     assert out["plain_step_share"] == 0.75 and out["drafter_step_share"] == 0.25
+    assert out["engine_hook_us_per_step"] == 3.0 and "worker_hook_us_per_step" not in out  # the patch's Python a step
 
 
 def test_metrics_that_are_not_prometheus_text_are_left_out(capsys):
