@@ -56,10 +56,14 @@ def test_ui_ends_cleanly_on_a_signal_and_writes_the_run(fast_server, tmp_path, s
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     web = f"http://127.0.0.1:{web_port}"
     try:
-        if workers:
-            _wait_for(lambda: httpx.get(f"{web}/stats/requests", timeout=5).json()["worker_count"] == workers)
-        else:
-            _wait_for(lambda: httpx.get(web, timeout=5).status_code == 200)
+        try:  # a cold start on a loaded 2-core machine once took over 60 s
+            if workers:
+                _wait_for(lambda: httpx.get(f"{web}/stats/requests", timeout=5).json()["worker_count"] == workers, 120.0)
+            else:
+                _wait_for(lambda: httpx.get(web, timeout=5).status_code == 200, 120.0)
+        except AssertionError:
+            process.kill()
+            raise AssertionError(f"the UI did not answer within 120 s; its output: {process.communicate()[0][-3000:]}") from None
         httpx.post(f"{web}/swarm", data={"user_count": 4, "spawn_rate": 4, "host": fast_server}, timeout=10)
         _wait_for(lambda: _json_rows(web)[0]["requests"] >= 20)
         process.send_signal(sig)
