@@ -255,6 +255,12 @@ GRAPH_TOKENS = 512
 GRAPH_TOKENS_CC10 = 1024
 
 
+def graph_range_asked(vllm_argv: list[str]) -> tuple[object | None, object | None]:
+    """How far the argv has vLLM capture CUDA graphs: (the largest size, the sizes), each None if not given."""
+    given = _arg_value(vllm_argv, "--max-cudagraph-capture-size") or compilation_setting(vllm_argv, "max_cudagraph_capture_size")
+    return given, compilation_setting(vllm_argv, "cudagraph_capture_sizes")
+
+
 def cuda_graph_tokens(vllm_argv: list[str], capability: tuple[int, int] | None) -> int | None:
     """The most tokens a step of this server may hold and still replay a captured CUDA graph; None where it
     captures none (no GPU: ``capability`` None; --enforce-eager; -O0; cudagraph_mode NONE). Pure."""
@@ -262,8 +268,7 @@ def cuda_graph_tokens(vllm_argv: list[str], capability: tuple[int, int] | None) 
         return None
     if cudagraph_mode_asked(vllm_argv) == "NONE":
         return None
-    given = _arg_value(vllm_argv, "--max-cudagraph-capture-size") or compilation_setting(vllm_argv, "max_cudagraph_capture_size")
-    sizes = compilation_setting(vllm_argv, "cudagraph_capture_sizes")
+    given, sizes = graph_range_asked(vllm_argv)
     try:
         if given is not None:
             return int(str(given))
@@ -282,12 +287,6 @@ def cuda_graph_tokens(vllm_argv: list[str], capability: tuple[int, int] | None) 
 PREFILL_ROOM = 512
 
 
-def graph_range_given(vllm_argv: list[str]) -> bool:
-    """Whether the argv sets how far vLLM captures CUDA graphs (its largest size, or the sizes themselves)."""
-    keys = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
-    return _arg_value(vllm_argv, "--max-cudagraph-capture-size") is not None or any(
-        compilation_setting(vllm_argv, key) is not None for key in keys
-    )
 
 
 # cudagraph_mode FULL (a full graph for every batch, mixed ones too) broke dspark-serve's answers on vLLM 0.32's
@@ -418,7 +417,7 @@ def build(
     if speculative:
         argv += ["--speculative-config", json.dumps(speculative)]
     graph_ceiling = None
-    if speculative and graph_tokens is not None and not graph_range_given(argv):
+    if speculative and graph_tokens is not None and graph_range_asked(argv) == (None, None):
         graph_ceiling = max(graph_tokens, budget[0]) + PREFILL_ROOM
         argv += ["--max-cudagraph-capture-size", str(graph_ceiling)]
     # JSON stays uncompacted: vLLM's disable_any_whitespace covers json_object too, where xgrammar 0.2.8
