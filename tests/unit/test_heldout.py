@@ -62,3 +62,25 @@ def test_no_jsonschemabench_training_document_mentions_a_held_out_domain():
         and any(word in path.read_text(encoding="utf-8", errors="replace").lower() for word in ("beekeep", "apiary", "telescope", "birdwatch"))
     ]
     assert found == []
+
+
+def test_the_evaluation_scores_valid_cut_and_field_accuracy_over_every_line():
+    """models.evaluate's held-out score: an answer cut at max_tokens counts as cut and not valid, and a line
+    whose answer is not valid scores 0 field accuracy (the mean is over every line, not over the valid ones)."""
+    from dspark_bench.loadtests.validate import field_accuracy
+    from dspark_bench.scenarios import Split
+    from models.evaluate import score_dataset
+
+    samples = list(load_scenario(str(COMMITTED / "hives.jsonl")).samples(Split.EVAL, 3))
+    right = json.dumps(samples[0].answer)
+    half = dict(samples[1].answer, hive_id="nope", apiary="nope", date="1999-01-01", inspector="nope")
+    answers = [(right, "stop"), (json.dumps(half), "stop"), (json.dumps(samples[2].answer)[:40], "length")]
+    score = score_dataset(samples, answers)
+    assert score["count"] == 3
+    assert score["schema_valid"] == pytest.approx(2 / 3)
+    assert score["cut"] == pytest.approx(1 / 3)
+    part = field_accuracy(half, samples[1].answer)
+    assert 0 < part < 1
+    assert score["field_accuracy"] == pytest.approx((1 + part + 0) / 3)  # line 3, cut, scores 0
+    assert score["exact"] == pytest.approx(1 / 3)
+    assert score["failures"] and score["failures"][0].startswith("truncated")
