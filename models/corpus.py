@@ -16,10 +16,10 @@ from models import extraction, records
 # Share of training examples per source: the JSON extraction task the article measures leads; made-up
 # records and JSONSchemaBench documents teach the model schemas no scenario has (the user's own).
 # Made-up extraction into schemas of many shapes (``extraction``) teaches copying values from prose into nested
-# JSON that closes; its share is the next training's to tune (the scenarios must not get worse: make eval).
+# JSON that closes: 0.3 since session 58, the scenarios, already learned, keep 0.5 (make eval must not get worse).
 MIX: dict[str, float] = {
-    "order_extraction": 0.25, "tool_call": 0.15, "review_sentiment": 0.1, "freeform_qa": 0.1,
-    "records": 0.1, "jsonschemabench": 0.1, "extraction": 0.2,
+    "order_extraction": 0.2, "tool_call": 0.12, "review_sentiment": 0.08, "freeform_qa": 0.1,
+    "records": 0.1, "jsonschemabench": 0.1, "extraction": 0.3,
 }  # fmt: skip
 # Where the JSONSchemaBench documents come from: the dataset folder beside the checkout, or a file that
 # `python -m models.train schema-pairs` extracted from it (to carry where the dataset is not).

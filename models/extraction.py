@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 from models.records import CHOICES, FIRST, KINDS, LAST, WORDS, _field_name, _value, compact
@@ -39,7 +40,10 @@ GROUP_PARTS = {"contact": ("name", "email", "phone"), "address": ("street", "cit
 LISTS = ("items", "lines", "entries", "parts", "tasks", "charges", "stops", "participants")
 LIST_PARTS = (("name", "quantity", "price"), ("code", "count"), ("title", "status"), ("name", "amount"), ("description", "hours"))
 TAGS = ("tags", "labels", "flags", "categories")
-LAYOUTS = ("sentences", "lines", "table", "email")
+LAYOUTS = ("sentences", "lines", "table", "email", "notes", "notes")
+# How field notes state a fact without the label in front: the value first, the label shortened to one of its
+# words, in brackets, or after the value, as people write logs and memos (the label is not always the key).
+NOTE_FORMS = ("{label}: {value}", "{value} ({label})", "{word} {value}", "{value}, {word}", "{label} {value}", "{word}: {value}")
 
 
 def _written_date(rng: random.Random, iso: str, language: str) -> str:
@@ -177,12 +181,23 @@ def extraction_example(rng: random.Random) -> tuple[list[dict[str, str]], dict[s
     return [{"role": "user", "content": content}], answer, schema
 
 
+def _words(label: str) -> list[str]:
+    """A label's words, camelCase split: "itemSize" -> ["item", "size"]."""
+    return re.sub(r"([a-z])([A-Z])", r"\1 \2", label).replace("_", " ").lower().split() or [label]
+
+
 def _layout(rng: random.Random, kind: str, facts: list[tuple[str, str]], language: str) -> str:
     layout = rng.choice(LAYOUTS)
     if layout == "lines":
         return "\n".join(f"{name}: {value}" for name, value in facts)
     if layout == "table":
         return "| field | value |\n|---|---|\n" + "\n".join(f"| {name} | {value} |" for name, value in facts)
+    if layout == "notes":
+        said = [
+            rng.choice(NOTE_FORMS).format(label=name, value=value, word=rng.choice(_words(name)))
+            for name, value in facts
+        ]
+        return rng.choice((". ", "; ", "\n")).join(said) + rng.choice((".", ""))
     sentences = " ".join(f"The {name} {IS[language]} {value}." if language == "en" else f"{name} {IS[language]} {value}." for name, value in facts)
     if layout == "email":
         who = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
