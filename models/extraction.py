@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Any
+from collections import Counter
+from typing import Any, NamedTuple
 
 from models.records import CHOICES, FIRST, KINDS, LAST, WORDS, _field_name, _value, compact
 
@@ -40,10 +41,28 @@ GROUP_PARTS = {"contact": ("name", "email", "phone"), "address": ("street", "cit
 LISTS = ("items", "lines", "entries", "parts", "tasks", "charges", "stops", "participants")
 LIST_PARTS = (("name", "quantity", "price"), ("code", "count"), ("title", "status"), ("name", "amount"), ("description", "hours"))
 TAGS = ("tags", "labels", "flags", "categories")
-LAYOUTS = ("sentences", "lines", "table", "email", "notes", "notes")
+LAYOUTS = ("sentences", "lines", "table", "email", "notes", "report", "report")
 # How field notes state a fact without the label in front: the value first, the label shortened to one of its
 # words, in brackets, or after the value, as people write logs and memos (the label is not always the key).
 NOTE_FORMS = ("{label}: {value}", "{value} ({label})", "{word} {value}", "{value}, {word}", "{label} {value}", "{word}: {value}")
+
+
+class Fact(NamedTuple):
+    """One thing the text states: its label, how the text writes it, and for a scalar its JSON value and schema."""
+
+    label: str
+    text: str
+    value: Any = None
+    schema: dict[str, Any] | None = None
+
+
+PERSON_NOUNS = ("name", "customer", "owner", "agent")
+PLACE_NOUNS = ("city", "country", "region", "address")
+# A share of names, places and phrases made up from syllables (no word list holds them): held-out data has its own.
+FRESH_SHARE = 0.35
+SYLLABLES = ("ka", "lo", "mi", "ra", "ten", "vor", "bel", "dun", "sa", "ri", "mo", "tal", "fen", "gor", "li", "na", "pe",
+             "ru", "sol", "tam", "ve", "zi", "dor", "kel", "mar", "nis", "or", "pa", "quin", "sel", "tor", "ul", "wen", "yar")  # fmt: skip
+PLACE_ENDS = ("Ridge", "Park", "Hill", "Bay", "Point", "Field", "Cross", "Green")
 
 
 def _written_date(rng: random.Random, iso: str, language: str) -> str:
@@ -89,7 +108,22 @@ def _scalar(rng: random.Random, noun: str, language: str, schema: dict[str, Any]
     choices = next((c for c in CHOICES if value in c), None)
     if choices is not None:
         return value, value, {"enum": list(choices)}
+    if noun in PERSON_NOUNS + PLACE_NOUNS + ("note", "reason", "project", "department") and rng.random() < FRESH_SHARE:
+        value = written = _fresh(rng, noun)
     return value, written, {"type": "string"}
+
+
+def _pseudo_word(rng: random.Random) -> str:
+    return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 3)))
+
+
+def _fresh(rng: random.Random, noun: str) -> str:
+    """A name, place or phrase made of syllables, unlike any word list's: the value must be copied, not recalled."""
+    if noun in PERSON_NOUNS:
+        return f"{_pseudo_word(rng).title()} {_pseudo_word(rng).title()}"
+    if noun in PLACE_NOUNS:
+        return " ".join([_pseudo_word(rng).title()] + ([rng.choice(PLACE_ENDS)] if rng.random() < 0.5 else []))
+    return " ".join(_pseudo_word(rng) for _ in range(rng.randint(1, 3)))
 
 
 def _object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -103,7 +137,7 @@ def extraction_example(rng: random.Random) -> tuple[list[dict[str, str]], dict[s
     properties: dict[str, Any] = {}
     required: list[str] = []
     answer: dict[str, Any] = {}
-    facts: list[tuple[str, str]] = []  # (label, how the text states it)
+    facts: list[Fact] = []
 
     def label(name: str) -> str:
         return name.replace("_", " ") if style == "snake" else name
@@ -125,7 +159,7 @@ def extraction_example(rng: random.Random) -> tuple[list[dict[str, str]], dict[s
                 required.append(name)
             if optional and rng.random() < 0.5:
                 continue  # an optional field the text does not state: absent from the answer too
-            answer[name], _ = value, facts.append((label(name), written))
+            answer[name], _ = value, facts.append(Fact(label(name), written, value, schema))
         elif shape == "object":
             group = rng.choice([g for g in GROUPS if g not in properties] or ["details"])
             parts = GROUP_PARTS.get(group, ("name", rng.choice(("email", "phone", "city", "id"))))
@@ -138,7 +172,7 @@ def extraction_example(rng: random.Random) -> tuple[list[dict[str, str]], dict[s
                 stated.append(f"{part} {written}")
             properties[group], answer[group] = _object_schema(inner, list(parts)), value_of
             required.append(group)
-            facts.append((label(group), ", ".join(stated)))
+            facts.append(Fact(label(group), ", ".join(stated)))
         elif shape == "list":
             name = rng.choice([n for n in LISTS if n not in properties] or ["rows"])
             parts = rng.choice(LIST_PARTS)
@@ -155,7 +189,7 @@ def extraction_example(rng: random.Random) -> tuple[list[dict[str, str]], dict[s
             properties[name] = {"type": "array", "items": _object_schema(item_schema, list(parts))}
             required.append(name)
             answer[name] = rows
-            facts.append((label(name), "; ".join(stated)))
+            facts.append(Fact(label(name), "; ".join(stated)))
         else:
             name = rng.choice([n for n in TAGS if n not in properties] or ["marks"])
             options = rng.choice(CHOICES)
@@ -163,7 +197,7 @@ def extraction_example(rng: random.Random) -> tuple[list[dict[str, str]], dict[s
             properties[name] = {"type": "array", "items": {"enum": list(options)}}
             required.append(name)
             answer[name] = chosen
-            facts.append((label(name), ", ".join(chosen) or NONE_WORD[language]))
+            facts.append(Fact(label(name), ", ".join(chosen) or NONE_WORD[language]))
     # the answer in the schema's key order, as a grammar-constrained server writes it
     answer = {name: answer[name] for name in properties if name in answer}
     schema = _object_schema(properties, [name for name in properties if name in required])
@@ -186,23 +220,66 @@ def _words(label: str) -> list[str]:
     return re.sub(r"([a-z])([A-Z])", r"\1 \2", label).replace("_", " ").lower().split() or [label]
 
 
-def _layout(rng: random.Random, kind: str, facts: list[tuple[str, str]], language: str) -> str:
+def _layout(rng: random.Random, kind: str, facts: list[Fact], language: str) -> str:
     layout = rng.choice(LAYOUTS)
+    if layout == "report" and language != "en":
+        layout = "notes"  # the report's cue words are English
     if layout == "lines":
-        return "\n".join(f"{name}: {value}" for name, value in facts)
+        return "\n".join(f"{f.label}: {f.text}" for f in facts)
     if layout == "table":
-        return "| field | value |\n|---|---|\n" + "\n".join(f"| {name} | {value} |" for name, value in facts)
+        return "| field | value |\n|---|---|\n" + "\n".join(f"| {f.label} | {f.text} |" for f in facts)
     if layout == "notes":
-        said = [
-            rng.choice(NOTE_FORMS).format(label=name, value=value, word=rng.choice(_words(name)))
-            for name, value in facts
-        ]
+        said = [rng.choice(NOTE_FORMS).format(label=f.label, value=f.text, word=rng.choice(_words(f.label))) for f in facts]
         return rng.choice((". ", "; ", "\n")).join(said) + rng.choice((".", ""))
-    sentences = " ".join(f"The {name} {IS[language]} {value}." if language == "en" else f"{name} {IS[language]} {value}." for name, value in facts)
+    if layout == "report":
+        counts = Counter(_sort(f) for f in facts)
+        clauses = [(_clause(rng, f, alone=counts[_sort(f)] == 1), f.text) for f in facts]
+        return " ".join((c if c.startswith(text) else c[0].upper() + c[1:]) + "." for c, text in clauses)  # values as written
+    sentences = " ".join(f"The {f.label} {IS[language]} {f.text}." if language == "en" else f"{f.label} {IS[language]} {f.text}." for f in facts)
     if layout == "email":
         who = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
         return f"Hi,\n\nabout the {kind}: {sentences}\n\nThanks,\n{who}"
     return sentences
+
+
+def _sort(fact: Fact) -> str:
+    """What kind of value a fact states, as far as the text can tell it apart from the others without a label."""
+    schema, noun = fact.schema or {}, _words(fact.label)[-1]
+    if fact.value is None:
+        return "group"
+    if isinstance(fact.value, bool):
+        return "yes/no"
+    if "enum" in schema:
+        return "enum " + " ".join(map(str, schema["enum"]))
+    if schema.get("format") == "date":
+        return "date"
+    if isinstance(fact.value, (int, float)):
+        return "number"
+    return "person" if noun in PERSON_NOUNS else "place" if noun in PLACE_NOUNS else "text " + noun
+
+
+def _clause(rng: random.Random, fact: Fact, alone: bool) -> str:
+    """One fact as a report states it: a cue word from its label (or, where its kind of value is the only one of the
+    record, no label at all: "by Ana Costa", "on 3 May 2026"), the value as the text writes it."""
+    words = _words(fact.label)
+    spoken, last, text, schema = " ".join(words), words[-1], fact.text, fact.schema or {}
+    if fact.value is None:  # an object, a list or labels: stated with its parts
+        return rng.choice((f"{spoken}: {text}", f"{text} ({spoken})"))
+    if isinstance(fact.value, bool):
+        forms = (f"{spoken} confirmed", f"{spoken}: yes", f"with {spoken}") if fact.value else (f"no {spoken}", f"{spoken}: no", f"without {spoken}")
+        return rng.choice(forms)
+    labelled = (f"{spoken} {text}", f"{text} ({spoken})", f"{last} {text}")
+    if "enum" in schema:
+        return rng.choice((f"{text} {last}", f"{last} was {text}") + ((f"it was {text}",) if alone else ()))
+    if schema.get("format") == "date":
+        return rng.choice(labelled + ((f"on {text}", f"dated {text}") if alone else ()))
+    if isinstance(fact.value, (int, float)):
+        return rng.choice((f"{text} {last}", f"{spoken} {text}", f"{last} of {text}"))
+    if alone and last in PERSON_NOUNS:
+        return rng.choice((f"by {text}", f"{text} handled it", f"{text} signed off"))
+    if alone and last in PLACE_NOUNS:
+        return rng.choice((f"at {text}", f"in {text}"))
+    return rng.choice(labelled)
 
 
 def extraction_pair(seed: int) -> tuple[list[dict[str, str]], str]:

@@ -112,10 +112,18 @@ def test_extraction_examples_cover_the_shapes_a_users_schema_has():
                 seen.add("optional left out")
         if "matching this schema" in messages[-1]["content"]:
             seen.add("schema in the prompt")
-        if re.search(r"\S \([a-z ]+\)(\.|;|$)", messages[-1]["content"], re.M):
+        text = messages[-1]["content"]
+        if re.search(r"\S \([a-z ]+\)(\.|;|$)", text, re.M):
             seen.add("value before its label")  # field notes: "HZ-66469 (last reference)"
+        if re.search(r"(^|\. )(By|At|In|On|Dated) \S|\. It was \S| handled it\.| signed off\.", text):
+            seen.add("value without its label")  # a report: "By Ana Costa.", "On 3 May 2026."
+        known = {w.lower() for w in records.WORDS + records.FIRST + records.LAST + records.CITIES}
+        strings = [v for k, v in answer.items() if schema["properties"][k] == {"type": "string"} and re.fullmatch(r"[A-Za-z ]+", v)]
+        if any(not set(v.lower().split()) & known for v in strings):
+            seen.add("made-up words")  # names and places no word list holds: copied, not recalled
     assert {"string", "integer", "number", "boolean", "enum", "object", "array of objects", "array of labels", "date",
-            "optional left out", "schema in the prompt", "value before its label"} <= seen  # fmt: skip
+            "optional left out", "schema in the prompt", "value before its label", "value without its label",
+            "made-up words"} <= seen  # fmt: skip
     assert extraction_pair(11) == extraction_pair(11)
     answers = [extraction_pair(seed)[1] for seed in range(100)]
     assert all(a == records.compact(json.loads(a)) for a in answers)
