@@ -1,6 +1,7 @@
 """Quality of the embedded models, measured through a real vLLM server -> models/<name>/EVAL.md.
 
     python -m models.evaluate [--models tiny-json tiny-json-draft] [--count 200] [--datasets FILE.jsonl ...]
+    python -m models.evaluate --models /tmp/out/tiny-json --count 0 --compact-json   # a trained candidate, datasets only
 
 Temperature 0, held-out seeds (the eval split), JSON asked for in the prompt only (no
 ``response_format``): what a stock server does with the model. For the draft model it also reports
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +34,9 @@ from models.corpus import MIX
 
 MODELS_DIR = Path(__file__).parent
 HELDOUT = sorted((MODELS_DIR.parent / "examples" / "heldout").glob("*.jsonl"))
+# JSON without whitespace between tokens, as the models were trained to write it: where the grammar allows
+# whitespace, a small model can spend its answer on it (stock vLLM's option; xgrammar is one backend that has it).
+COMPACT_JSON_ARGS = ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
 ANSWER_TIMEOUT_S = 300.0  # non-streaming: the whole answer at once, several requests in flight
 ORDER_FIELDS = {
     "order_id": lambda v: v.get("order_id"),
@@ -161,19 +166,24 @@ def write_eval_md(
     wall_s: float,
     argv: list[str],
     datasets: dict[str, Any] | None = None,
+    command: str = "`make eval` (`python -m models.evaluate`)",
 ) -> None:
+    count = next(iter(report.values()))["count"] if report else 0
     lines = [
         f"# Evaluation: {model_dir.name}",
         "",
-        "Reproduce: `make eval` (`python -m models.evaluate`). Real vLLM CPU server, temperature 0, "
-        f"{next(iter(report.values()))['count']} held-out prompts per scenario (eval split), JSON asked for in the prompt "
-        f"only (no response_format). Wall time {wall_s / 60:.1f} min.",
+        f"Reproduce: {command}. Real vLLM CPU server, temperature 0. "
+        + (
+            f"{count} held-out prompts per scenario (eval split), JSON asked for in the prompt only (no response_format). "
+            if report
+            else "The scenarios were not run (--count 0). "
+        )
+        + f"Wall time {wall_s / 60:.1f} min.",
         "",
         f"Server: `{' '.join(argv)}`",
-        "",
-        "| scenario | parses as JSON | schema-valid | exact match | other |",
-        "|---|---:|---:|---:|---|",
     ]
+    if report:
+        lines += ["", "| scenario | parses as JSON | schema-valid | exact match | other |", "|---|---:|---:|---:|---|"]
     for name, entry in report.items():
         if "parse" in entry:
             other = ", ".join(f"{k} {v:.1%}" for k, v in entry.get("fields", {}).items())
@@ -212,31 +222,39 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m models.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--models", nargs="+", default=["tiny-json", "tiny-json-draft"])
-    parser.add_argument("--count", type=int, default=200, help="held-out prompts per scenario")
+    parser.add_argument(
+        "--models", nargs="+", default=["tiny-json", "tiny-json-draft"],
+        help="names under models/, or model folders (a trained candidate); EVAL.md is written into each",
+    )  # fmt: skip
+    parser.add_argument("--count", type=int, default=200, help="held-out prompts per scenario (0: skip the scenarios)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--agreement-samples", type=int, default=40, help="per scenario, for the draft's agreement")
     parser.add_argument(
         "--datasets", nargs="*", type=Path, default=HELDOUT, metavar="FILE",
         help="extraction datasets the main model answers in json_schema mode (default: examples/heldout/*.jsonl; none: skip)",
     )  # fmt: skip
+    parser.add_argument("--compact-json", action="store_true", help="serve JSON without whitespace (the datasets' json_schema answers)")
     args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
     deployer = LocalDeployer(Path("runs") / "eval-logs")
     try:
         for name in args.models:
-            model_dir = MODELS_DIR / name
-            spec = ServerSpec(name, str(model_dir), name, vllm_launcher(), common_server_args(load_config()), env=cpu_server_env())
+            model_dir = Path(name) if "/" in name else MODELS_DIR / name
+            name = model_dir.name
+            server_args = common_server_args(load_config()) + (COMPACT_JSON_ARGS if args.compact_json else [])
+            spec = ServerSpec(name, str(model_dir), name, vllm_launcher(), server_args, env=cpu_server_env())
             print(f"{name}: starting vLLM ...", flush=True)
             endpoint = deployer.start(spec)
             t0 = time.time()
-            report = evaluate_model(endpoint, args.count, args.concurrency)
+            report = evaluate_model(endpoint, args.count, args.concurrency) if args.count else {}
             datasets = None if name.endswith("-draft") else evaluate_datasets(endpoint, args.datasets, args.concurrency)
             wall = time.time() - t0
             deployer.stop(endpoint)
             extra = None
             if name.endswith("-draft"):
-                extra = next_token_agreement(MODELS_DIR / name.removesuffix("-draft"), model_dir, args.agreement_samples)
-            write_eval_md(model_dir, report, extra, wall, endpoint.argv, datasets)
+                extra = next_token_agreement(model_dir.parent / name.removesuffix("-draft"), model_dir, args.agreement_samples)
+            command = [f"`python -m models.evaluate {' '.join(given)}`"] if given else []  # else make eval's wording
+            write_eval_md(model_dir, report, extra, wall, endpoint.argv, datasets, *command)
             print(f"{name}: wrote {model_dir / 'EVAL.md'}", flush=True)
     finally:
         deployer.stop_all()

@@ -84,3 +84,17 @@ def test_the_evaluation_scores_valid_cut_and_field_accuracy_over_every_line():
     assert score["field_accuracy"] == pytest.approx((1 + part + 0) / 3)  # line 3, cut, scores 0
     assert score["exact"] == pytest.approx(1 / 3)
     assert score["failures"] and score["failures"][0].startswith("truncated")
+
+
+def test_eval_md_reports_the_datasets_and_the_command_that_made_it(tmp_path):
+    """A candidate evaluated on the datasets alone (--count 0) gets EVAL.md with the datasets' table, the
+    targets beside it, and the command that reproduces it, not make eval's."""
+    from models.evaluate import write_eval_md
+
+    entry = {"count": 100, "schema_valid": 0.96, "cut": 0.04, "field_accuracy": 0.22, "exact": 0.0, "failures": ["truncated: '{'"]}
+    write_eval_md(tmp_path, {}, None, 120.0, ["vllm", "serve"], {"hives": entry}, "`python -m models.evaluate --count 0`")
+    text = (tmp_path / "EVAL.md").read_text()
+    assert "| hives | 100 | 96.0% | 4.0% | 22.0% | 0.0% |" in text
+    assert "Reproduce: `python -m models.evaluate --count 0`" in text and "not run (--count 0)" in text
+    assert ">= 85% valid" in text and "- hives: `truncated: '{'`" in text
+    assert "| scenario |" not in text
