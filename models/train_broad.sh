@@ -8,6 +8,10 @@
 set -euo pipefail
 PY=${PYTHON:-python3}
 OUT=${1:?usage: models/train_broad.sh OUT_DIR}
+# What the steps import, checked before anything runs (an offline GPU image has torch and transformers, not jsonschema).
+$PY -c "import jsonschema, torch, transformers, yaml" 2>/dev/null || {
+  echo "models/train_broad.sh: $PY lacks jsonschema, torch, transformers or pyyaml: install them (offline host: carry their wheels, docs/engine-patch.md)" >&2
+  exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$OUT"
