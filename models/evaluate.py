@@ -27,6 +27,7 @@ from dspark_bench.loadtests.config import load_config
 from dspark_bench.loadtests.deploy.base import Endpoint, ServerSpec
 from dspark_bench.loadtests.deploy.local import LocalDeployer, cpu_server_env
 from dspark_bench.loadtests.deploy.servers import common_server_args, vllm_launcher
+from dspark_bench.loadtests.machine import machine_facts
 from dspark_bench.loadtests.openai_api import RequestSettings, ask
 from dspark_bench.loadtests.validate import Verdict, validate
 from dspark_bench.scenarios import Mode, Sample, Scenario, Split, builtin_names, load_scenario
@@ -172,7 +173,7 @@ def write_eval_md(
     lines = [
         f"# Evaluation: {model_dir.name}",
         "",
-        f"Reproduce: {command}. Real vLLM CPU server, temperature 0. "
+        f"Reproduce: {command}. Real vLLM CPU server on {machine_facts().summary}, temperature 0. "
         + (
             f"{count} held-out prompts per scenario (eval split), JSON asked for in the prompt only (no response_format). "
             if report
