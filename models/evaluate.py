@@ -31,10 +31,11 @@ from dspark_bench.loadtests.machine import machine_facts
 from dspark_bench.loadtests.openai_api import RequestSettings, ask
 from dspark_bench.loadtests.validate import Verdict, validate
 from dspark_bench.scenarios import Mode, Sample, Scenario, Split, builtin_names, load_scenario
+from models import heldout
 from models.corpus import MIX
 
 MODELS_DIR = Path(__file__).parent
-HELDOUT = sorted((MODELS_DIR.parent / "examples" / "heldout").glob("*.jsonl"))
+HELDOUT = [heldout.COMMITTED / f"{name}.jsonl" for name in sorted(heldout.DATASETS)]
 # JSON without whitespace between tokens, as the models were trained to write it: where the grammar allows
 # whitespace, a small model can spend its answer on it (stock vLLM's option; xgrammar is one backend that has it).
 COMPACT_JSON_ARGS = ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
@@ -56,6 +57,11 @@ def trained_scenarios() -> list[Scenario]:
 def _ask(endpoint: Endpoint, sample: Sample, mode: Mode = Mode.PROMPT) -> tuple[str, str | None]:
     choice = ask(endpoint.base_url, RequestSettings(endpoint.model, mode, request_timeout_s=ANSWER_TIMEOUT_S), sample)["choices"][0]
     return choice["message"]["content"], choice["finish_reason"]
+
+
+def _ask_all(endpoint: Endpoint, samples: list[Sample], concurrency: int, mode: Mode = Mode.PROMPT) -> list[tuple[str, str | None]]:
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(lambda s: _ask(endpoint, s, mode), samples))
 
 
 def score_dataset(samples: list[Sample], answers: list[tuple[str, str | None]]) -> dict[str, Any]:
@@ -87,8 +93,7 @@ def evaluate_datasets(endpoint: Endpoint, paths: list[Path], concurrency: int) -
     for path in paths:
         scenario = load_scenario(str(path))
         samples = list(scenario.samples(Split.EVAL, scenario.distinct_prompts))
-        with ThreadPoolExecutor(concurrency) as pool:
-            answers = list(pool.map(lambda s: _ask(endpoint, s, Mode.JSON_SCHEMA), samples))
+        answers = _ask_all(endpoint, samples, concurrency, Mode.JSON_SCHEMA)
         report[path.stem] = entry = score_dataset(samples, answers)
         print(f"  {path.name}: {json.dumps({k: v for k, v in entry.items() if k != 'failures'})}", flush=True)
     return report
@@ -98,8 +103,7 @@ def evaluate_model(endpoint: Endpoint, count: int, concurrency: int) -> dict[str
     report: dict[str, Any] = {}
     for scenario in trained_scenarios():
         samples = list(scenario.samples(Split.EVAL, count))
-        with ThreadPoolExecutor(concurrency) as pool:
-            answers = list(pool.map(lambda s: _ask(endpoint, s), samples))
+        answers = _ask_all(endpoint, samples, concurrency)
         parsed = valid = exact = 0
         overlap: list[float] = []
         fields = dict.fromkeys(ORDER_FIELDS, 0)

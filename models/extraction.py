@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from typing import Any, NamedTuple
 
-from models.records import CHOICES, FIRST, KINDS, LAST, WORDS, _field_name, _value, compact
+from models.records import CHOICES, FIRST, KINDS, LAST, PERSON_NOUNS, PLACE_NOUNS, WORDS, _field_name, _value, compact
 
 LANGUAGES = ("en", "en", "en", "de", "es", "fr")
 YES_NO = {"en": ("yes", "no"), "de": ("ja", "nein"), "es": ("sí", "no"), "fr": ("oui", "non")}
@@ -56,8 +56,6 @@ class Fact(NamedTuple):
     schema: dict[str, Any] | None = None
 
 
-PERSON_NOUNS = ("name", "customer", "owner", "agent")
-PLACE_NOUNS = ("city", "country", "region", "address")
 # A share of names, places and phrases made up from syllables (no word list holds them): held-out data has its own.
 FRESH_SHARE = 0.35
 SYLLABLES = ("ka", "lo", "mi", "ra", "ten", "vor", "bel", "dun", "sa", "ri", "mo", "tal", "fen", "gor", "li", "na", "pe",

@@ -25,6 +25,7 @@ from typing import Any
 from models.extraction import MONTHS  # month names as people write dates
 
 LINES = 100
+COMMITTED = Path(__file__).resolve().parents[1] / "examples" / "heldout"  # where the datasets are committed
 PEOPLE = ("Ana Costa", "Ben Okafor", "Chen Wei", "Dara Novak", "Eli Haddad", "Fatima Rossi", "Goran Ito", "Hana Silva",
           "Ivan Lopez", "Jin Patel", "Kofi Jensen", "Lena Fischer", "Mateo Kim", "Nia Dubois", "Omar Tanaka", "Priya Evans")  # fmt: skip
 TOWNS = ("Northbridge", "Eastfield", "Westmoor", "Southport", "Kingsbury", "Ashford", "Millbrook", "Redcliff",
@@ -238,7 +239,7 @@ def lines(name: str, count: int = LINES, seed: int = 0) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m models.heldout", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("examples/heldout"), help="folder for NAME.jsonl (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=COMMITTED, help="folder for NAME.jsonl (default: %(default)s)")
     parser.add_argument("--count", type=int, default=LINES, help="lines per dataset (default: %(default)s)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,8 @@ CHOICES = (("low", "medium", "high"), ("open", "pending", "closed"), ("new", "us
            ("card", "cash", "transfer"), ("draft", "approved", "rejected"), ("basic", "pro", "enterprise"),
            ("red", "green", "blue", "black"), ("small", "medium", "large"), ("EUR", "USD", "GBP", "JPY", "CNY"))  # fmt: skip
 STYLES = ("snake", "camel", "plain")
+PERSON_NOUNS = ("name", "customer", "owner", "agent")  # a field so named holds a person's name
+PLACE_NOUNS = ("city", "country", "region", "address")  # ... a place
 
 
 def _field_name(rng: random.Random, style: str) -> tuple[str, str]:
@@ -74,10 +76,10 @@ def _value(rng: random.Random, noun: str) -> tuple[Any, str]:
     if noun in ("id", "code", "number", "reference"):
         text = f"{rng.choice(string.ascii_uppercase)}{rng.choice(string.ascii_uppercase)}-{rng.randint(100, 99999)}"
         return text, text
-    if noun in ("name", "customer", "owner", "agent", "vendor"):
+    if noun in PERSON_NOUNS + ("vendor",):
         text = f"{rng.choice(FIRST)} {rng.choice(LAST)}" if noun != "vendor" else f"{rng.choice(WORDS).title()} {rng.choice(('Ltd', 'Inc', 'GmbH', 'Co'))}"
         return text, text
-    if noun in ("city", "country", "region", "address"):
+    if noun in PLACE_NOUNS:
         text = rng.choice(CITIES) if noun != "address" else f"{rng.randint(1, 999)} {rng.choice(WORDS).title()} Street, {rng.choice(CITIES)}"
         return text, text
     if noun == "email":

@@ -287,8 +287,6 @@ def cuda_graph_tokens(vllm_argv: list[str], capability: tuple[int, int] | None) 
 PREFILL_ROOM = 512
 
 
-
-
 # cudagraph_mode FULL (a full graph for every batch, mixed ones too) broke dspark-serve's answers on vLLM 0.32's
 # GPU runner while it speculated: on an H100, 130 of 807 answers equal to stock's, 316 of 320 not valid at 64 users
 # (benchmarks/gpu/h100-s55-fullgraph-probe; the peer with the same mode and no dynamic draft length: all equal).
