@@ -5,9 +5,9 @@ The search brackets, then bisects: from the first rate it doubles until a probe 
 one passes), then probes the geometric middle of the highest passing and the lowest failing rate until
 they are within ``capacity_resolution`` of each other. Each probe is one open-loop level of the sweep
 (its own prompts, every prefix cache emptied first, its health checked); a probe whose load did not hold
-(the client fell behind the schedule, or other work ran beside it) is run again once, and a probe that
-is still not a measurement stops the search there rather than being read as the server's limit.
-``next_rate`` and ``capacity`` are pure over the probes so far; ``CapacityResult`` is what a run's
+(the client fell behind the schedule), or that missed the SLO while other work ran beside it, is run again
+once (``probe_again``), and a probe whose load still did not hold stops the search there rather than being
+read as the server's limit. ``next_rate`` and ``capacity`` are pure over the probes so far; ``CapacityResult`` is what a run's
 results.json keeps of each search, with its loader.
 """
 
@@ -31,6 +31,13 @@ class Probe:
     passed: bool
     valid: bool = True
     problems: tuple[str, ...] = ()
+
+
+def probe_again(load_problems: tuple[str, ...], noise: tuple[str, ...], passed: bool) -> bool:
+    """Whether a probe runs once more: its load did not hold, or it missed the SLO while other work ran
+    beside it (``noise``: a busy machine slows the server, so the miss may not be the server's). A pass
+    beside other work stands: the noise only made it harder. Pure."""
+    return bool(load_problems) or (bool(noise) and not passed)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import gevent
 from locust.env import Environment
 
-from dspark_bench.loadtests.capacity import CapacitySearch, Probe
+from dspark_bench.loadtests.capacity import CapacitySearch, Probe, probe_again
 from dspark_bench.loadtests.config import RunConfig, parse_cpu_list, placement_line
 from dspark_bench.loadtests.deploy.base import Deployer, DeployError, Endpoint, failure_summary
 from dspark_bench.loadtests.deploy.local import LocalDeployer
@@ -278,8 +278,9 @@ def _find_capacity(
 ) -> None:
     """Each arm's capacity at the SLO (``loadtests.capacity``), one open-loop probe at a time: the i-th probe
     of every arm sends the same fresh prompts, from an emptied prefix cache; a probe that was not a
-    measurement (it did not hold its rate: ``LevelHealth.load_problems``) is run once more, with new prompts,
-    and ends the search if it still is not."""
+    measurement (it did not hold its rate: ``LevelHealth.load_problems``), or that missed the SLO beside other
+    work (``capacity.probe_again``), is run once more, with new prompts; one whose load still did not hold ends
+    the search."""
     config = results.config
     for scenario_name in config.scenarios:
         scenario = config.scenario(scenario_name)
@@ -289,17 +290,21 @@ def _find_capacity(
             results.capacity.append(search.result(arm_name, scenario.name, config.slo))
             levels = 0
             while (rate := search.next_rate()) is not None:
-                for _attempt in range(2):
+                for attempt in range(2):
                     level = _probe(results, endpoint, scenario, scenario_name, round(rate, 4), levels, sink, pool, unresettable)
                     levels += 1
-                    if not level.health.load_problems:  # held its rate; the machine's noise is on the page
+                    metrics, problems = level.metrics, level.health.load_problems
+                    noise = tuple(problem for problem in level.health.problems if problem not in problems)
+                    good_share = metrics.good_requests / metrics.requests if metrics.requests else 0.0
+                    passed = not problems and good_share >= search.share
+                    if attempt or not probe_again(problems, noise, passed):  # a second miss beside noise is a miss
                         break
-                metrics, problems = level.metrics, level.health.load_problems
-                good_share = metrics.good_requests / metrics.requests if metrics.requests else 0.0
-                search.probes.append(Probe(level.level, good_share, not problems and good_share >= search.share, not problems, problems))
+                    print(f"  capacity search, arm '{arm_name}': the probe at {level.level:g} req/s runs once more "
+                          f"({'; '.join(problems or noise)})", flush=True)  # fmt: skip
+                search.probes.append(Probe(level.level, good_share, passed, not problems, problems))
                 if problems:
                     search.stopped = f"the probe at {level.level:g}/s was not a measurement twice: {'; '.join(problems)}"
-                verdict = "holds the SLO" if search.probes[-1].passed else ("not a measurement" if problems else "misses the SLO")
+                verdict = "holds the SLO" if passed else ("not a measurement" if problems else "misses the SLO")
                 print(f"  capacity search, arm '{arm_name}': {level.level:g} req/s, {good_share:.0%} good: {verdict}", flush=True)
                 results.capacity[index] = search.result(arm_name, scenario.name, config.slo)
                 results.write()
