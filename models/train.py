@@ -56,6 +56,7 @@ def cmd_tokenizer(args: argparse.Namespace) -> None:
 def cmd_schema_pairs(args: argparse.Namespace) -> None:
     from models.records import write_schema_pairs
 
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     count = write_schema_pairs(Path(args.root), Path(args.out))
     print(f"{count} JSONSchemaBench documents -> {args.out}")
 

@@ -6,8 +6,13 @@
 #   tools/gpu_host.sh bench NAME SECONDS ARGS...   dspark-bench bench ARGS into /tmp/runs/NAME, stopped
 #                                        (Ctrl-C: results kept) after SECONDS; then packed into $OUT
 #   tools/gpu_host.sh test NAME          make test-gpu's checks on the run /tmp/runs/NAME, the log into $OUT
+#   tools/gpu_host.sh train NAME [VAR=VALUE...]   models/train_broad.sh into /tmp/train/NAME in the background
+#                                        (the image's torch; jsonschema from wheels in $WHEELS if the image lacks it);
+#                                        VARs are train_broad.sh's (MAIN_MINUTES=9 SCHEMA_PAIRS=FILE ...); returns at once
+#   tools/gpu_host.sh collect NAME       while training: the log's tail, exit 3; when done: the weights and records
+#                                        into $OUT as NAME.tar.part-* (15 MiB each; cat them | tar x), exit as training did
 set -euo pipefail
-BUNDLE=/tmp/bundle SITE=/tmp/site RUNS=/tmp/runs
+BUNDLE=/tmp/bundle SITE=/tmp/site RUNS=/tmp/runs TRAIN=${TRAIN:-/tmp/train} WHEELS=${WHEELS:-.whl}
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 case "$1" in
   receive) mkdir -p "$BUNDLE" && cp "$2"/* "$BUNDLE"/ && ls -la "$BUNDLE" ;;
@@ -26,5 +31,21 @@ case "$1" in
     tar cJf "${OUT:-/tmp}/$name.tar.xz" -C "$RUNS" "$name" "$name.log" ;;
   test)
     DSPARK_GPU_RUN="$RUNS/$2" .venv/bin/python -m pytest -q -m gpu tests/gpu 2>&1 | tee "${OUT:-/tmp}/test-gpu-$2.log" ;;
-  *) echo "usage: $0 receive DIR | install | models FILE | bench NAME SECONDS ARGS... | test NAME" >&2; exit 2 ;;
+  train)
+    name=${2:?usage: $0 train NAME [VAR=VALUE...]}; shift 2; mkdir -p "$TRAIN"; rm -f "$TRAIN/$name.rc"
+    if ! env "$@" bash -c '${PYTHON:-python3} -c "import jsonschema"' 2>/dev/null; then  # the offline image lacks it
+      ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "$0: no jsonschema here and no wheels in $WHEELS: carry them (docs/gpu.md)" >&2; exit 2; }
+      env "$@" bash -c '${PYTHON:-python3} -m pip install -q --no-index --no-deps --target "$1" "$2"/*.whl' _ "$TRAIN/site" "$WHEELS"
+      export PYTHONPATH="$TRAIN/site${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+    # setsid: training outlives this call (a device call ends after 10 minutes); NAME.rc says when it is done
+    setsid env "$@" bash -c 'models/train_broad.sh "$1"; echo $? > "$1.rc"' _ "$TRAIN/$name" > "$TRAIN/$name.log" 2>&1 < /dev/null &
+    echo "training into $TRAIN/$name in the background (log $TRAIN/$name.log); then: $0 collect $name" ;;
+  collect)
+    name=${2:?usage: $0 collect NAME}
+    [ -f "$TRAIN/$name.rc" ] || { tail -n 5 "$TRAIN/$name.log"; echo "$0: $name is still training" >&2; exit 3; }
+    cp "$TRAIN/$name.log" "${OUT:-/tmp}/$name.log"
+    [ ! -d "$TRAIN/$name" ] || tar cf - -C "$TRAIN" "$name" | split -b 15M -d - "${OUT:-/tmp}/$name.tar.part-"
+    tail -n 3 "$TRAIN/$name.log"; ls -la "${OUT:-/tmp}/$name".*; exit "$(cat "$TRAIN/$name.rc")" ;;
+  *) echo "usage: $0 receive DIR | install | models FILE | bench NAME SECONDS ARGS... | test NAME | train NAME [VAR=VALUE...] | collect NAME" >&2; exit 2 ;;
 esac
