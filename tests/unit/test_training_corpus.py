@@ -127,3 +127,66 @@ def test_extraction_examples_cover_the_shapes_a_users_schema_has():
     assert extraction_pair(11) == extraction_pair(11)
     answers = [extraction_pair(seed)[1] for seed in range(100)]
     assert all(a == records.compact(json.loads(a)) for a in answers)
+
+
+def _json_part(text: str):
+    start = min(i for i in (text.find("{"), text.find("[")) if i >= 0)
+    return json.JSONDecoder().raw_decode(text, start)[0]
+
+
+@pytest.mark.parametrize("source", ["order_extraction", "tool_call", "records", "extraction"])
+def test_a_share_of_json_answers_is_learned_as_a_grammar_gives_it(source):
+    from models.corpus import _pairs_for, _tokenized_for
+    from models.tokenizer import load_tokenizer
+    from models.train import TOKENIZER_DIR
+
+    tok = load_tokenizer(TOKENIZER_DIR)
+    backend, eos = tok.backend_tokenizer, tok.convert_tokens_to_ids(tok.eos_token)
+    job = (source, 0, 200, "unused: no JSONSchemaBench source here")
+    rows, pairs = _tokenized_for((*job, str(TOKENIZER_DIR))), _pairs_for(job)
+    assert rows == _tokenized_for((*job, str(TOKENIZER_DIR)))  # deterministic
+    kinds = {"as written": 0, "after whitespace": 0, "resplit": 0}
+    for (prompt, answer), pair in zip(rows, pairs, strict=True):
+        assert answer[-1] == eos
+        rendered = tok.apply_chat_template(pair.messages, tokenize=False, add_generation_prompt=True)
+        canonical_prompt = backend.encode(rendered, add_special_tokens=False).ids
+        canonical_answer = backend.encode(pair.completion, add_special_tokens=False).ids
+        if prompt != canonical_prompt:  # the answer's start and stray whitespace joined the prompt
+            assert prompt[: len(canonical_prompt)] == canonical_prompt
+            written = backend.decode(prompt[len(canonical_prompt) :] + answer[:-1])
+            said, rest = backend.decode(prompt[len(canonical_prompt) :]), backend.decode(answer[:-1])
+            assert said != said.rstrip() and rest == rest.lstrip()  # the model learns what comes after it, not it
+            assert written != pair.completion and _json_part(written) == _json_part(pair.completion)
+            kinds["after whitespace"] += 1
+        elif answer[:-1] != canonical_answer:
+            assert backend.decode(answer[:-1]) == pair.completion and len(answer) > len(canonical_answer) + 1
+            kinds["resplit"] += 1
+        else:
+            kinds["as written"] += 1
+    assert 0.05 <= kinds["after whitespace"] / 200 <= 0.3 and 0.05 <= kinds["resplit"] / 200 <= 0.3, kinds
+
+
+def test_prose_answers_are_learned_as_written():
+    from models.corpus import _pairs_for, _tokenized_for
+    from models.tokenizer import load_tokenizer
+    from models.train import TOKENIZER_DIR
+
+    backend = load_tokenizer(TOKENIZER_DIR).backend_tokenizer
+    job = ("freeform_qa", 0, 100, "unused")
+    for (_prompt, answer), pair in zip(_tokenized_for((*job, str(TOKENIZER_DIR))), _pairs_for(job), strict=True):
+        assert answer[:-1] == backend.encode(pair.completion, add_special_tokens=False).ids
+
+
+def test_whitespace_stands_only_where_json_allows_it():
+    from models.corpus import whitespace_cuts
+
+    text = 'Here: {"a":"x, y","b":-12.5,"c":[true,null],"d":{}} done'
+    offsets = [(c, c + 1) for c in range(len(text))]  # one character a token
+    allowed = {text[:k][-8:] + "|" for k in whitespace_cuts(text, offsets)}
+    start, end = text.index("{"), text.rindex("}") + 1
+    assert all(start < k < end for k in whitespace_cuts(text, offsets))
+    for inside in ('"x|', "x,|", "-1|", "12|", "2.|", "t|", "tr|", "nul|", "}}|"):
+        assert not any(a.endswith(inside) for a in allowed), inside
+    for between in ('{|', '"a"|', ':|', '",|', "5,|", "[|", "true|", "null]|", "{}|"):
+        assert any(a.endswith(between) for a in allowed), between
+    assert whitespace_cuts("no JSON here", [(0, 2)]) == []
