@@ -6,13 +6,17 @@
 #   tools/gpu_host.sh bench NAME SECONDS ARGS...   dspark-bench bench ARGS into /tmp/runs/NAME, stopped
 #                                        (Ctrl-C: results kept) after SECONDS; then packed into $OUT
 #   tools/gpu_host.sh test NAME          make test-gpu's checks on the run /tmp/runs/NAME, the log into $OUT
+#   tools/gpu_host.sh queue FILE         the runs FILE lists, one a line (NAME SECONDS ARGS..., as for bench; # comments),
+#                                        one after another in the background, each packed into /tmp/packed; returns at once
+#   tools/gpu_host.sh wait SECONDS       until the queue is done or SECONDS have passed; the runs packed since the last
+#                                        wait into $OUT; exit 0 once the queue is done, 3 while it runs
 #   tools/gpu_host.sh train NAME [VAR=VALUE...]   models/train_broad.sh into /tmp/train/NAME in the background
 #                                        (the image's torch; jsonschema from wheels in $WHEELS if the image lacks it);
 #                                        VARs are train_broad.sh's (MAIN_MINUTES=9 SCHEMA_PAIRS=FILE ...); returns at once
 #   tools/gpu_host.sh collect NAME       while training: the log's tail, exit 3; when done: the weights and records
 #                                        into $OUT as NAME.tar.part-* (15 MiB each; cat them | tar x), exit as training did
 set -euo pipefail
-BUNDLE=/tmp/bundle SITE=/tmp/site RUNS=/tmp/runs TRAIN=${TRAIN:-/tmp/train} WHEELS=${WHEELS:-.whl}
+BUNDLE=/tmp/bundle SITE=/tmp/site RUNS=/tmp/runs PACKED=/tmp/packed TRAIN=${TRAIN:-/tmp/train} WHEELS=${WHEELS:-.whl}
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 case "$1" in
   receive) mkdir -p "$BUNDLE" && cp "$2"/* "$BUNDLE"/ && ls -la "$BUNDLE" ;;
@@ -31,6 +35,25 @@ case "$1" in
     tar cJf "${OUT:-/tmp}/$name.tar.xz" -C "$RUNS" "$name" "$name.log" ;;
   test)
     DSPARK_GPU_RUN="$RUNS/$2" .venv/bin/python -m pytest -q -m gpu tests/gpu 2>&1 | tee "${OUT:-/tmp}/test-gpu-$2.log" ;;
+  queue)  # setsid: the runs outlive this call (a device call ends after 10 minutes); queue.done says when all ended
+    file=${2:?usage: $0 queue FILE}; [ -f "$file" ] || { echo "$0: no queue file $file" >&2; exit 2; }
+    mkdir -p "$RUNS" "$PACKED"; rm -f "$RUNS/queue.done"
+    setsid "$0" run-queue "$file" > "$RUNS/queue.log" 2>&1 < /dev/null &
+    echo "running the queue $file in the background (log $RUNS/queue.log); then: $0 wait SECONDS" ;;
+  run-queue)
+    while read -r line; do
+      [[ -z "$line" || "$line" == \#* ]] && continue
+      eval "set -- $line"; echo "== $(date -u +%H:%M:%S) $1"; OUT="$PACKED" "$0" bench "$@" || true
+    done < "$2"
+    touch "$RUNS/queue.done" ;;
+  wait)
+    deadline=$((SECONDS + ${2:?usage: $0 wait SECONDS}))
+    until [ -f "$RUNS/queue.done" ] || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+    for packed in "$PACKED"/*.tar.xz; do
+      [ ! -e "$packed" ] || [ -e "$packed.sent" ] || { cp "$packed" "${OUT:-/tmp}/" && touch "$packed.sent"; }
+    done
+    grep "^== \|^run folder\|warning\|error" "$RUNS/queue.log" | tail -n 8 || true
+    [ -f "$RUNS/queue.done" ] || { echo "$0: the queue is still running" >&2; exit 3; } ;;
   train)
     name=${2:?usage: $0 train NAME [VAR=VALUE...]}; shift 2; mkdir -p "$TRAIN"; rm -f "$TRAIN/$name.rc"
     if ! env "$@" bash -c '${PYTHON:-python3} -c "import jsonschema"' 2>/dev/null; then  # the offline image lacks it
@@ -47,5 +70,5 @@ case "$1" in
     cp "$TRAIN/$name.log" "${OUT:-/tmp}/$name.log"
     [ ! -d "$TRAIN/$name" ] || tar cf - -C "$TRAIN" "$name" | split -b 15M -d - "${OUT:-/tmp}/$name.tar.part-"
     tail -n 3 "$TRAIN/$name.log"; ls -la "${OUT:-/tmp}/$name".*; exit "$(cat "$TRAIN/$name.rc")" ;;
-  *) echo "usage: $0 receive DIR | install | models FILE | bench NAME SECONDS ARGS... | test NAME | train NAME [VAR=VALUE...] | collect NAME" >&2; exit 2 ;;
+  *) echo "usage: $0 receive DIR | install | models FILE | bench NAME SECONDS ARGS... | test NAME | queue FILE | wait SECONDS | train NAME [VAR=VALUE...] | collect NAME" >&2; exit 2 ;;
 esac
