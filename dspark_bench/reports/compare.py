@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from statistics import median
 
 import pandas as pd
 
@@ -123,13 +124,19 @@ def level_warning_map(
     levels: Iterable[tuple[Key, LevelMetrics, tuple[str, ...]]], cost_only: bool = False
 ) -> dict[Key, tuple[str, ...]]:
     """The warnings of each (scenario, level, arm): those of its repeat with the most answers cut (stored, or
-    those its metrics call for in runs from before they were stored); absent where no repeat has any."""
+    those its metrics call for in runs from before they were stored), which say so where the level has several
+    repeats, beside the median the summary's table shows; absent where no repeat has any."""
     worst: dict[Key, tuple[float, tuple[str, ...]]] = {}
+    cut: dict[Key, list[float]] = {}
     for key, metrics, stored in levels:
+        cut.setdefault(key, []).append(metrics.rate_truncated or 0.0)
         said = stored or level_warnings(metrics, cost_only)
         if said and (key not in worst or metrics.rate_truncated > worst[key][0]):
             worst[key] = (metrics.rate_truncated, said)
-    return {key: said for key, (_rate, said) in worst.items()}
+    return {
+        key: said if len(cut[key]) == 1 else (*said, f"in the worst of its {len(cut[key])} repeats (cut: median {median(cut[key]):.0%})")
+        for key, (_rate, said) in worst.items()
+    }
 
 
 def throughput_metric(results: RunResults) -> str:

@@ -42,6 +42,18 @@ def test_a_level_whose_answers_are_cut_is_warned_about(truncated, warned):
     assert level_warnings(metrics) == ()  # no requests, nothing to warn about
 
 
+def test_a_cut_warning_says_which_repeat_it_describes_beside_the_median_the_table_shows():
+    levels = _levels(2.0, 0.0)
+    for level in levels:  # repeats 0, 1, 2 cut 10%, 30% and 62% of their answers
+        level["metrics"]["rate_truncated"] = (0.1, 0.3, 0.62)[level["repeat"]]
+    results = made_run(levels)
+    said = build_comparison(results).warnings[("s", 8.0, "dspark")]
+    assert said[0].startswith("62% of the answers were cut") and said[-1] == "in the worst of its 3 repeats (cut: median 30%)"
+    assert "30%" in format_summary(summary_frame(results), compact=True)  # the table's median
+    one = made_run([level for level in levels if level["repeat"] == 2])
+    assert len(build_comparison(one).warnings[("s", 8.0, "dspark")]) == 1  # one repeat: nothing to tell apart
+
+
 def _records(rows: list[tuple[str, int, str, str, float]]) -> pd.DataFrame:
     """(arm, seed, output, finish_reason, latency_s) of one level and repeat."""
     return pd.DataFrame(
