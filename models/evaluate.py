@@ -10,7 +10,9 @@ how often its greedy next token equals the main model's along the main model's o
 The main model also answers the held-out extraction datasets (``examples/heldout/``: domains no training
 source has) in json_schema mode, each line's own schema and max_tokens: the share of schema-valid answers,
 of answers cut at max_tokens, and the field accuracy against each line's answer (an answer that is not
-valid scores 0), what a team sees when it points the harness at its own file.
+valid scores 0), what a team sees when it points the harness at its own file. And, without a server, how often
+the model goes on with the right token after stray whitespace between two JSON tokens, which the server's
+default grammar allows and a model trained on compact JSON may loop in.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ HELDOUT = [heldout.COMMITTED / f"{name}.jsonl" for name in sorted(heldout.DATASE
 # JSON without whitespace between tokens, as the models were trained to write it: where the grammar allows
 # whitespace, a small model can spend its answer on it (stock vLLM's option; xgrammar is one backend that has it).
 COMPACT_JSON_ARGS = ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
+MAKE_EVAL = "`make eval` (`python -m models.evaluate`)"  # how EVAL.md says it was made, when no arguments were given
+PROBE_LINES = 30  # lines of each dataset the whitespace probe asks the model about (``after_stray_whitespace``)
 ANSWER_TIMEOUT_S = 300.0  # non-streaming: the whole answer at once, several requests in flight
 ORDER_FIELDS = {
     "order_id": lambda v: v.get("order_id"),
@@ -164,6 +168,42 @@ def next_token_agreement(main_dir: Path, draft_dir: Path, per_scenario: int) -> 
     return out
 
 
+def after_stray_whitespace(model_dir: Path, paths: list[Path], per_dataset: int = PROBE_LINES, seed: int = 0) -> dict[str, float]:
+    """How often the model's greedy next token is the reference answer's, teacher-forced at a random point
+    between two JSON tokens of it (``corpus.whitespace_cuts``): as written, and after a space or a newline
+    there, which xgrammar's default grammar lets through where it refuses the token the model wanted (a
+    model that has not learned to go on after it loops in whitespace: #53). transformers on the CPU."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from models.corpus import whitespace_cuts
+    from models.records import compact
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    backend, rng = tok.backend_tokenizer, random.Random(seed)
+    variants = {"as written": "", "after a space": " ", "after a newline": "\n"}
+    right, count = dict.fromkeys(variants, 0), 0
+    for path in paths:
+        scenario = load_scenario(str(path))
+        for sample in scenario.samples(Split.EVAL, min(per_dataset, scenario.distinct_prompts)):
+            answer = backend.encode(compact(sample.answer), add_special_tokens=False)
+            cuts = whitespace_cuts(compact(sample.answer), answer.offsets)
+            if not cuts:
+                continue
+            k = rng.choice(cuts)
+            prompt = tok.apply_chat_template(sample.messages, tokenize=False, add_generation_prompt=True)
+            start = backend.encode(prompt, add_special_tokens=False).ids + answer.ids[:k]
+            for name, space in variants.items():
+                ids = start + (backend.encode(space, add_special_tokens=False).ids if space else [])
+                with torch.no_grad():
+                    right[name] += int(model(torch.tensor([ids])).logits[0, -1].argmax()) == answer.ids[k]
+            count += 1
+    return {name: hits / max(1, count) for name, hits in right.items()}
+
+
 def write_eval_md(
     model_dir: Path,
     report: dict[str, Any],
@@ -171,7 +211,8 @@ def write_eval_md(
     wall_s: float,
     argv: list[str],
     datasets: dict[str, Any] | None = None,
-    command: str = "`make eval` (`python -m models.evaluate`)",
+    command: str = MAKE_EVAL,
+    whitespace: dict[str, float] | None = None,
 ) -> None:
     count = next(iter(report.values()))["count"] if report else 0
     lines = [
@@ -217,6 +258,14 @@ def write_eval_md(
                 f"| {name} | {entry['count']} | {entry['schema_valid']:.1%} | {entry['cut']:.1%} | "
                 f"{entry['field_accuracy']:.1%} | {entry['exact']:.1%} |"
             )
+    if whitespace:
+        lines += [
+            "",
+            "The reference answer's next token, teacher-forced at a random point between two of its JSON tokens "
+            f"({PROBE_LINES} lines of each dataset; transformers on the CPU): "
+            + ", ".join(f"{share:.0%} {name}" for name, share in whitespace.items())
+            + " there (the whitespace xgrammar's default grammar allows; `models.corpus.constrained_variant`).",
+        ]
     failures = [(n, f) for n, e in {**report, **(datasets or {})}.items() for f in e.get("failures", [])]
     if failures:
         lines += ["", "Examples of invalid answers:", ""] + [f"- {n}: `{f}`" for n, f in failures]
@@ -255,11 +304,14 @@ def main(argv: list[str] | None = None) -> None:
             datasets = None if name.endswith("-draft") else evaluate_datasets(endpoint, args.datasets, args.concurrency)
             wall = time.time() - t0
             deployer.stop(endpoint)
-            extra = None
+            extra = whitespace = None
             if name.endswith("-draft"):
                 extra = next_token_agreement(model_dir.parent / name.removesuffix("-draft"), model_dir, args.agreement_samples)
-            command = [f"`python -m models.evaluate {' '.join(given)}`"] if given else []  # else make eval's wording
-            write_eval_md(model_dir, report, extra, wall, endpoint.argv, datasets, *command)
+            elif args.datasets:
+                whitespace = after_stray_whitespace(model_dir, args.datasets)
+                print(f"  after stray whitespace: {json.dumps(whitespace)}", flush=True)
+            command = f"`python -m models.evaluate {' '.join(given)}`" if given else MAKE_EVAL
+            write_eval_md(model_dir, report, extra, wall, endpoint.argv, datasets, command, whitespace)
             print(f"{name}: wrote {model_dir / 'EVAL.md'}", flush=True)
     finally:
         deployer.stop_all()

@@ -97,3 +97,15 @@ def test_eval_md_reports_the_datasets_and_the_command_that_made_it(tmp_path):
     assert "Reproduce: `python -m models.evaluate --count 0`" in text and "not run (--count 0)" in text
     assert ">= 85% valid" in text and "- hives: `truncated: '{'`" in text
     assert "| scenario |" not in text
+
+
+def test_the_whitespace_probe_asks_the_model_after_a_space_and_a_newline_between_json_tokens(tmp_path):
+    """The teacher-forced probe of what the model does after stray whitespace: a share for each variant, the same
+    twice (its cuts are seeded), and a line of EVAL.md."""
+    from models.evaluate import HELDOUT, MODELS_DIR, after_stray_whitespace, write_eval_md
+
+    shares = after_stray_whitespace(MODELS_DIR / "tiny-json", HELDOUT[:1], per_dataset=4)
+    assert list(shares) == ["as written", "after a space", "after a newline"]
+    assert all(0 <= share <= 1 for share in shares.values()) and shares == after_stray_whitespace(MODELS_DIR / "tiny-json", HELDOUT[:1], per_dataset=4)
+    write_eval_md(tmp_path, {}, None, 60.0, ["vllm"], None, whitespace={"as written": 0.25, "after a space": 0.05, "after a newline": 0.0})
+    assert "25% as written, 5% after a space, 0% after a newline there" in (tmp_path / "EVAL.md").read_text()
