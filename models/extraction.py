@@ -7,9 +7,11 @@ from ``records``' broad word lists; its kinds exclude the held-out domains of ``
 values in one of several layouts, and answers with the compact JSON in the schema's key order:
 
 - scalars: ids, names, places, emails, amounts, counts, dates (written as people write them; the answer
-  normalises them to YYYY-MM-DD), enums, booleans (yes/no, true/false, ja/nein, ...);
+  normalises them to YYYY-MM-DD), enums, booleans (yes/no, true/false, ja/nein, ...), measurements whose key
+  names the unit the text writes beside them ("weight_kg" from "12.7 kg"), ratings on a scale ("3/5" -> 3);
 - a nested object (a contact, an address, a vendor) of two to four scalars;
-- an array of objects (lines, items, entries) of one to four elements, or an array of enum labels;
+- an array of objects (lines, items, entries) of one to four elements, its items' parts labelled or not
+  ("atlas, 111, 2580.3; nova, 2, 19.5"), or an array of enum labels;
 - optional fields that the text leaves out some of the time, and the answer then leaves out too.
 
 The prompt asks for the fields by name, or gives the JSON Schema itself, as users do in json_schema mode.
@@ -42,6 +44,14 @@ LISTS = ("items", "lines", "entries", "parts", "tasks", "charges", "stops", "par
 LIST_PARTS = (("name", "quantity", "price"), ("code", "count"), ("title", "status"), ("name", "amount"), ("description", "hours"))
 TAGS = ("tags", "labels", "flags", "categories")
 LAYOUTS = ("sentences", "lines", "table", "email", "notes", "report", "report")
+# A number's unit: the key names it and the text writes it beside the value ("weight_kg": 12.7 from "12.7 kg"),
+# or a rating on a scale ("3/5" -> 3, its schema bounded), as logs and forms write measurements.
+UNITS = (("kg", " kg"), ("g", " g"), ("mm", " mm"), ("cm", " cm"), ("km", " km"), ("ml", " ml"), ("minutes", " min"),
+         ("hours", " h"), ("days", " days"), ("pct", "%"), ("eur", " EUR"), ("usd", " USD"), ("m", " m"), ("seconds", " s"))  # fmt: skip
+UNIT_SHARE, SCALE_SHARE = 0.25, 0.1
+# A share of lists state their items' values without the parts' labels, in the parts' order ("atlas, 111, 2580.3;
+# nova, 2, 19.5"), as a log lists what it saw.
+BARE_ITEMS_SHARE = 0.4
 # How field notes state a fact without the label in front: the value first, the label shortened to one of its
 # words, in brackets, or after the value, as people write logs and memos (the label is not always the key).
 NOTE_FORMS = ("{label}: {value}", "{value} ({label})", "{word} {value}", "{value}, {word}", "{label} {value}", "{word}: {value}")
@@ -151,13 +161,27 @@ def extraction_example(rng: random.Random) -> tuple[list[dict[str, str]], dict[s
             if name in properties:
                 continue
             value, written, schema = _scalar(rng, noun, language)
+            spoken = label(name)
+            if schema.get("type") in ("integer", "number") and (draw := rng.random()) < UNIT_SHARE + SCALE_SHARE:
+                if draw < UNIT_SHARE:
+                    suffix, unit = rng.choice(UNITS)
+                    if suffix == "pct":  # a share: 0-100
+                        value = rng.randint(0, 100)
+                        written, schema = str(value), {"type": "integer", "minimum": 0, "maximum": 100}
+                    name, written = key(name, suffix), written + unit
+                else:
+                    top = rng.choice((5, 10))
+                    value, schema = rng.randint(1, top), {"type": "integer", "minimum": 1, "maximum": top}
+                    written = rng.choice((f"{value}/{top}", f"{value} of {top}", f"{value} out of {top}"))
+                if name in properties:
+                    continue
             optional = rng.random() < 0.25
             properties[name] = schema
             if not optional:
                 required.append(name)
             if optional and rng.random() < 0.5:
                 continue  # an optional field the text does not state: absent from the answer too
-            answer[name], _ = value, facts.append(Fact(label(name), written, value, schema))
+            answer[name], _ = value, facts.append(Fact(spoken, written, value, schema))
         elif shape == "object":
             group = rng.choice([g for g in GROUPS if g not in properties] or ["details"])
             parts = GROUP_PARTS.get(group, ("name", rng.choice(("email", "phone", "city", "id"))))
@@ -176,14 +200,15 @@ def extraction_example(rng: random.Random) -> tuple[list[dict[str, str]], dict[s
             parts = rng.choice(LIST_PARTS)
             rows, stated = [], []
             item_schema: dict[str, Any] = {}
+            bare = rng.random() < BARE_ITEMS_SHARE
             for _ in range(rng.randint(1, 4)):
                 row, said = {}, []
                 for part in parts:
                     value, written, schema = _scalar(rng, part if part != "name" else "title", language, item_schema.get(part))
                     row[part], item_schema[part] = value, schema
-                    said.append(f"{part} {written}")
+                    said.append(written if bare else f"{part} {written}")
                 rows.append(row)
-                stated.append("(" + ", ".join(said) + ")")
+                stated.append(", ".join(said) if bare else "(" + ", ".join(said) + ")")
             properties[name] = {"type": "array", "items": _object_schema(item_schema, list(parts))}
             required.append(name)
             answer[name] = rows

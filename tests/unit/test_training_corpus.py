@@ -14,6 +14,7 @@ import pytest
 
 from models import corpus, records
 from models.corpus import DEFAULT_SCHEMA_PAIRS as CORPUS
+from models.extraction import UNITS
 from models.records import HELD_OUT_SUBSETS, record_example, record_pair, schema_pairs
 
 
@@ -117,13 +118,24 @@ def test_extraction_examples_cover_the_shapes_a_users_schema_has():
             seen.add("value before its label")  # field notes: "HZ-66469 (last reference)"
         if re.search(r"(^|\. )(By|At|In|On|Dated) \S|\. It was \S| handled it\.| signed off\.", text):
             seen.add("value without its label")  # a report: "By Ana Costa.", "On 3 May 2026."
+        for name, spec in schema["properties"].items():
+            if spec.get("type") == "integer" and spec.get("maximum") in (5, 10) and re.search(rf"\b{answer.get(name)}( of |/| out of )(5|10)\b", text):
+                seen.add("rating on a scale")  # "3/5" -> 3
+            unit = next((u for suffix, u in UNITS if re.search(rf"(_|[a-z]){suffix}$", name, re.I)), None)
+            if unit and name in answer and re.search(re.escape(f"{answer[name]}{unit}".replace(".", ",")).replace(",", "[.,]"), text):
+                seen.add("unit beside the value")  # "weight_kg" from "12.7 kg"
+            items = answer.get(name) if spec.get("type") == "array" else None
+            if items and isinstance(items[0], dict):
+                part, value = next(iter(items[0].items()))  # a string: a name, code or description
+                if f"{value}, " in text and f"{part} {value}" not in text:
+                    seen.add("items without labels")  # "atlas, 111, 2580.3; nova, 2, 19.5"
         known = {w.lower() for w in records.WORDS + records.FIRST + records.LAST + records.CITIES}
         strings = [v for k, v in answer.items() if schema["properties"][k] == {"type": "string"} and re.fullmatch(r"[A-Za-z ]+", v)]
         if any(not set(v.lower().split()) & known for v in strings):
             seen.add("made-up words")  # names and places no word list holds: copied, not recalled
     assert {"string", "integer", "number", "boolean", "enum", "object", "array of objects", "array of labels", "date",
             "optional left out", "schema in the prompt", "value before its label", "value without its label",
-            "made-up words"} <= seen  # fmt: skip
+            "made-up words", "rating on a scale", "unit beside the value", "items without labels"} <= seen, seen  # fmt: skip
     assert extraction_pair(11) == extraction_pair(11)
     answers = [extraction_pair(seed)[1] for seed in range(100)]
     assert all(a == records.compact(json.loads(a)) for a in answers)
