@@ -150,20 +150,20 @@ def constrained_variant(
 
 
 def whitespace_cuts(text: str, offsets: list[tuple[int, int]]) -> list[int]:
-    """Token indices k where whitespace may stand between answer tokens k-1 and k in JSON: between two tokens of
-    the answer's JSON value (not before or after it, a fence's text), outside its strings, and not inside a number
-    or a literal.
-    [] when the answer holds no JSON value. Pure."""
+    """Token indices k where whitespace may stand between answer tokens k-1 and k in JSON: within the answer's
+    JSON value (not before or after it, where a fenced answer has its fence), outside its strings, and not inside
+    a number or a literal. [] when the answer holds no JSON value. Pure."""
     starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
     if not starts:
         return []
+    start = min(starts)
     try:
-        _value, end = json.JSONDecoder().raw_decode(text, min(starts))
+        _value, end = json.JSONDecoder().raw_decode(text, start)
     except ValueError:
         return []
     outside = [False] * (len(text) + 1)  # outside[c]: position c (between text[c-1] and text[c]) is not in a string
     in_string, escaped = False, False
-    for c in range(min(starts), end):
+    for c in range(start, end):
         outside[c] = not in_string
         char = text[c]
         if in_string and not escaped and char == "\\":
@@ -175,9 +175,9 @@ def whitespace_cuts(text: str, offsets: list[tuple[int, int]]) -> list[int]:
     cuts = []
     for k in range(1, len(offsets)):
         c = offsets[k][0]
-        if offsets[k - 1][1] != c or not min(starts) < c < end or not outside[c]:
+        if offsets[k - 1][1] != c or not start < c < end or not outside[c]:
             continue
-        if _LITERAL.match(text[c - 1]) and c < len(text) and _LITERAL.match(text[c]):
+        if _LITERAL.match(text[c - 1]) and _LITERAL.match(text[c]):
             continue  # inside a number, true, false or null
         cuts.append(k)
     return cuts
