@@ -140,15 +140,21 @@ def evaluate_model(endpoint: Endpoint, count: int, concurrency: int) -> dict[str
     return report
 
 
+def _load(model_dir: Path):
+    """The tokenizer and the model of ``model_dir``, float32 for the CPU, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir)), AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+
+
 def next_token_agreement(main_dir: Path, draft_dir: Path, per_scenario: int) -> dict[str, float]:
     """Share of completion positions where the draft's greedy token equals the main model's, along the
     main model's own greedy answers (teacher-forced, transformers on the CPU)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(main_dir))
-    main = AutoModelForCausalLM.from_pretrained(str(main_dir), dtype=torch.float32).eval()
-    draft = AutoModelForCausalLM.from_pretrained(str(draft_dir), dtype=torch.float32).eval()
+    tok, main = _load(main_dir)
+    _, draft = _load(draft_dir)
     out: dict[str, float] = {}
     for scenario in trained_scenarios():
         same = total = 0
@@ -176,13 +182,11 @@ def after_stray_whitespace(model_dir: Path, paths: list[Path], per_dataset: int 
     import random
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from models.corpus import whitespace_cuts
     from models.records import compact
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    tok, model = _load(model_dir)
     backend, rng = tok.backend_tokenizer, random.Random(seed)
     variants = {"as written": "", "after a space": " ", "after a newline": "\n"}
     right, count = dict.fromkeys(variants, 0), 0

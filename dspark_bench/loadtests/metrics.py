@@ -388,13 +388,18 @@ class LevelHealth:
         return tuple(found)
 
     @property
+    def noise(self) -> tuple[str, ...]:
+        """The problems of other work beside the level (other processes, the hypervisor, idle arms)."""
+        shares = {"other_cpu_share": self.other_cpu_share or 0.0, "steal_share": self.steal_share or 0.0}
+        shares["idle_servers_cpu_share"] = self.idle_servers_cpu_share or 0.0
+        beside = set(noise_problems(shares))
+        return tuple(problem for problem in self.problems if problem in beside)
+
+    @property
     def load_problems(self) -> tuple[str, ...]:
         """The problems of the load itself (concurrency, rate, the load generator), apart from the noise
         beside it: what a test of the load generator on a shared machine may assert on."""
-        noise = {"other_cpu_share": self.other_cpu_share or 0.0, "steal_share": self.steal_share or 0.0}
-        noise["idle_servers_cpu_share"] = self.idle_servers_cpu_share or 0.0
-        beside = set(noise_problems(noise))
-        return tuple(problem for problem in self.problems if problem not in beside)
+        return tuple(problem for problem in self.problems if problem not in self.noise)
 
 
 def level_health(

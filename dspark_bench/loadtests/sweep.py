@@ -293,8 +293,7 @@ def _find_capacity(
                 for attempt in range(2):
                     level = _probe(results, endpoint, scenario, scenario_name, round(rate, 4), levels, sink, pool, unresettable)
                     levels += 1
-                    metrics, problems = level.metrics, level.health.load_problems
-                    noise = tuple(problem for problem in level.health.problems if problem not in problems)
+                    metrics, problems, noise = level.metrics, level.health.load_problems, level.health.noise
                     good_share = metrics.good_requests / metrics.requests if metrics.requests else 0.0
                     passed = not problems and good_share >= search.share
                     if attempt or not probe_again(problems, noise, passed):  # a second miss beside noise is a miss

@@ -113,7 +113,8 @@ def test_level_health_names_every_reason_a_level_is_not_a_measurement():
     assert not noisy.valid and len(noisy.problems) == 2 and noisy.other_cpu_share == 0.3
     assert noisy.load_problems == () and held_back.load_problems == held_back.problems  # the load's own, noise apart
     both = level_health(8, _metrics(achieved_concurrency=6.0), {}, {"steal_share": 0.1}, None, False, None)
-    assert len(both.problems) == 2 and both.load_problems == both.problems[:1]
+    assert len(both.problems) == 2 and both.load_problems == both.problems[:1] and both.noise == both.problems[1:]
+    assert noisy.noise == noisy.problems and held_back.noise == ()
     # an open loop is held to the rate its schedule asked for, not to the nominal one
     late = level_health(4.0, _metrics(achieved_rate=2.0, scheduled_rate=3.9), {}, {}, 4.0, False, None)
     on_time = level_health(4.0, _metrics(achieved_rate=3.6, scheduled_rate=3.8), {}, {}, 4.0, False, None)
