@@ -98,8 +98,10 @@ def _sink_from_cli(environment, **_kwargs) -> None:
             folder.write(record)
 
         runner.register_message(RECORD_MESSAGE, receive)
-        # spawning_complete names no Environment: this master's listener knows its own
-        environment.events.spawning_complete.add_listener(lambda **_kw: _plan_to_workers(environment))
+        # spawning_complete names no Environment: this master's listener knows its own. Locust fires it a
+        # second after the spawn jobs even where workers have not reported their users (a loaded machine), so
+        # the plan waits for their reports in a greenlet of its own
+        environment.events.spawning_complete.add_listener(lambda **_kw: gevent.spawn(_plan_to_workers, environment))
 
 
 @events.test_start.add_listener
@@ -146,13 +148,20 @@ def _plan_from_cli(environment, **_kwargs) -> None:
         SLOT.set(plan)
 
 
-def _plan_to_workers(environment: Environment) -> None:
-    """Give each worker its part of the swarm's plan, once, when they report their users (a later change of
-    users in the web UI keeps the plan: new users on a worker share its tickets)."""
-    state = swarm_state(environment)
-    if state.pending is not None and isinstance(environment.runner, MasterRunner):
-        send_plans(environment.runner, state.pending)
-    state.pending = None
+def _plan_to_workers(environment: Environment, poll_s: float = 0.05) -> None:
+    """Give each worker its part of the swarm's plan, once, when every worker has reported its users: the
+    parts follow the users each reported, and a worker not yet counted would get no tickets (its users stop
+    at once). Nothing is sent if the swarm stops first. A later change of users in the web UI keeps the
+    plan: new users on a worker share its tickets."""
+    state, runner = swarm_state(environment), environment.runner
+    plan = state.pending
+    if plan is None or not isinstance(runner, MasterRunner):
+        return
+    while runner.user_count != runner.target_user_count and state.pending is plan:
+        gevent.sleep(poll_s)
+    if state.pending is plan:
+        send_plans(runner, plan)
+        state.pending = None
 
 
 @events.test_stop.add_listener

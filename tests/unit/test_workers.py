@@ -142,3 +142,49 @@ def test_every_plan_field_either_travels_to_workers_or_is_each_processs_own(tmp_
                      users=9, start_at=5.0, sample_source=("order_extraction", 0))  # fmt: skip
     rebuilt = plan_from_message(json.loads(json.dumps(plan_message(plan, (1,), 2))), RunFolderSink(tmp_path))
     assert {name: getattr(rebuilt, name) for name in wired} == {name: getattr(plan, name) for name in wired}
+
+
+def test_the_web_uis_master_sends_the_plan_once_every_worker_has_reported_its_users(tmp_path):
+    """Locust fires spawning_complete a second after the spawn jobs even where workers have not reported their
+    users yet (a loaded machine): a plan split then gives the uncounted workers no tickets, and their users
+    stop at once (a clean-clone CI run on 2 cores: 0 requests in 180 s)."""
+    import gevent
+    from locust.env import Environment
+    from locust.runners import WorkerNode
+
+    from dspark_bench.loadtests import locustfile
+    from dspark_bench.loadtests.deploy.local import free_port
+
+    env = Environment(user_classes=[locustfile.JsonUser])
+    runner = env.create_master_runner("127.0.0.1", free_port())
+    sent: list[tuple[str, dict | None]] = []
+    runner.send_message = lambda kind, data=None, client_id=None: sent.append((client_id, data))
+    try:
+        for worker in ("w1", "w2"):
+            runner.clients[worker] = WorkerNode(worker)
+            runner.clients[worker].user_classes_count = {locustfile.USER_CLASS: 0}
+        runner.target_user_count = 4
+        samples = list(load_scenario("order_extraction").samples(Split.EVAL, 12))
+        plan = LevelPlan("a", 0, RequestSettings("m", Mode.JSON_OBJECT), samples, RunFolderSink(tmp_path), 8, sample_source=("order_extraction", 0))
+        env.dspark = locustfile.SwarmState(plan.sink, pending=plan)  # type: ignore[attr-defined]
+        waiting = gevent.spawn(locustfile._plan_to_workers, env, 0.01)
+        gevent.sleep(0.2)
+        assert not sent and not waiting.dead  # no reports yet: no plan
+        runner.clients["w1"].user_classes_count = {locustfile.USER_CLASS: 3}
+        gevent.sleep(0.2)
+        assert not sent  # one worker's report is not all of them
+        runner.clients["w2"].user_classes_count = {locustfile.USER_CLASS: 1}
+        waiting.join(timeout=2)
+        assert waiting.dead and env.dspark.pending is None
+        assert [(worker, len(data["slots"])) for worker, data in sent] == [("w1", 3), ("w2", 1)]
+        # a swarm stopped before the reports came sends nothing
+        sent.clear()
+        env.dspark.pending = plan
+        runner.clients["w2"].user_classes_count = {locustfile.USER_CLASS: 0}
+        waiting = gevent.spawn(locustfile._plan_to_workers, env, 0.01)
+        gevent.sleep(0.1)
+        env.dspark.pending = None
+        waiting.join(timeout=2)
+        assert waiting.dead and not sent
+    finally:
+        runner.quit()
