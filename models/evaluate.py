@@ -140,12 +140,19 @@ def evaluate_model(endpoint: Endpoint, count: int, concurrency: int) -> dict[str
     return report
 
 
-def _load(model_dir: Path):
-    """The tokenizer and the model of ``model_dir``, float32 for the CPU, in eval mode."""
+def _model(model_dir: Path):
+    """The model of ``model_dir`` in float32 for the CPU, in eval mode."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    return AutoTokenizer.from_pretrained(str(model_dir)), AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+
+
+def _load(model_dir: Path):
+    """The tokenizer and the model of ``model_dir``."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir)), _model(model_dir)
 
 
 def next_token_agreement(main_dir: Path, draft_dir: Path, per_scenario: int) -> dict[str, float]:
@@ -154,7 +161,7 @@ def next_token_agreement(main_dir: Path, draft_dir: Path, per_scenario: int) -> 
     import torch
 
     tok, main = _load(main_dir)
-    _, draft = _load(draft_dir)
+    draft = _model(draft_dir)  # a drafter's folder may hold no tokenizer
     out: dict[str, float] = {}
     for scenario in trained_scenarios():
         same = total = 0

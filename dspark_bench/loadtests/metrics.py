@@ -399,7 +399,8 @@ class LevelHealth:
     def load_problems(self) -> tuple[str, ...]:
         """The problems of the load itself (concurrency, rate, the load generator), apart from the noise
         beside it: what a test of the load generator on a shared machine may assert on."""
-        return tuple(problem for problem in self.problems if problem not in self.noise)
+        noise = self.noise
+        return tuple(problem for problem in self.problems if problem not in noise)
 
 
 def level_health(
