@@ -65,7 +65,7 @@ def test_ui_ends_cleanly_on_a_signal_and_writes_the_run(fast_server, tmp_path, s
             process.kill()
             raise AssertionError(f"the UI did not answer within 120 s; its output: {process.communicate()[0][-3000:]}") from None
         httpx.post(f"{web}/swarm", data={"user_count": 4, "spawn_rate": 4, "host": fast_server}, timeout=10)
-        # two worker processes spawning users on a loaded 2-core machine: a CI run once took over 60 s to 20 requests
+        # generous for a loaded 2-core machine (20 requests take a few seconds); a miss shows the UI's stats and output
         try:
             _wait_for(lambda: _json_rows(web)[0]["requests"] >= 20, 180.0)
         except AssertionError:
