@@ -42,6 +42,12 @@ def _json_rows(web: str):
     return next(t["data"] for t in stats["extended_stats"] if t["key"] == "json-stats")
 
 
+def _ui_failed(process: subprocess.Popen, what: str) -> AssertionError:
+    """``what`` went wrong: the UI stopped, and the end of its output, to raise."""
+    process.kill()
+    return AssertionError(f"{what}; its output: {process.communicate()[0][-3000:]}")
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) != 0
@@ -62,17 +68,14 @@ def test_ui_ends_cleanly_on_a_signal_and_writes_the_run(fast_server, tmp_path, s
             else:
                 _wait_for(lambda: httpx.get(web, timeout=5).status_code == 200, 120.0)
         except AssertionError:
-            process.kill()
-            raise AssertionError(f"the UI did not answer within 120 s; its output: {process.communicate()[0][-3000:]}") from None
+            raise _ui_failed(process, "the UI did not answer within 120 s") from None
         httpx.post(f"{web}/swarm", data={"user_count": 4, "spawn_rate": 4, "host": fast_server}, timeout=10)
         # generous for a loaded 2-core machine (20 requests take a few seconds); a miss shows the UI's stats and output
         try:
             _wait_for(lambda: _json_rows(web)[0]["requests"] >= 20, 180.0)
         except AssertionError:
             stats = httpx.get(f"{web}/stats/requests", timeout=5).text[:2000]
-            process.kill()
-            raise AssertionError(f"20 requests did not arrive within 180 s; the UI's stats: {stats}; "
-                                 f"its output: {process.communicate()[0][-3000:]}") from None  # fmt: skip
+            raise _ui_failed(process, f"20 requests did not arrive within 180 s; the UI's stats: {stats}") from None
         process.send_signal(sig)
         output, _ = process.communicate(timeout=120)
     finally:
