@@ -14,13 +14,15 @@ as the server's, not as noise.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import platform
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
@@ -80,6 +82,7 @@ class MachineFacts:
     gpu: str | None = None  # nvidia-smi -L: one line per GPU
     gpu_memory_gib: float | None = None  # of the first GPU
     gpu_driver: str | None = None
+    gpu_clocks: str | None = None  # the first GPU's top SM and memory clocks (NVML): what its speed is held to
     cuda: str | None = None  # the CUDA version torch was built with (else the driver's)
     python: str | None = None
     platform: str | None = None
@@ -151,27 +154,102 @@ def _nvidia_smi(*args: str) -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
-def gpu_facts() -> dict[str, Any]:
-    """The GPUs (nvidia-smi -L), the first one's memory, the driver and the CUDA version: torch's build where
-    torch imports cheaply, else the driver's. {} without a GPU."""
+@functools.cache
+def _nvml() -> Any | None:
+    """NVML's Python binding, initialised: nvidia-ml-py's ``pynvml``, else the copy vLLM ships
+    (``vllm/third_party/pynvml.py``, loaded by its path: importing ``vllm`` would import torch; the offline
+    GPU bundle has only that copy). None without either, or without an NVIDIA driver."""
+    module: Any = None
+    try:
+        import pynvml
+
+        module = pynvml
+    except ImportError:
+        spec = importlib.util.find_spec("vllm")
+        vendored = Path(spec.origin).parent / "third_party" / "pynvml.py" if spec and spec.origin else None
+        if vendored is not None and vendored.is_file() and (loader := importlib.util.spec_from_file_location("_dspark_pynvml", vendored)):
+            module = sys.modules["_dspark_pynvml"] = importlib.util.module_from_spec(loader)  # it looks itself up there
+            try:
+                loader.loader.exec_module(module)  # type: ignore[union-attr]
+            except Exception:  # a copy that does not load is no NVML
+                del sys.modules["_dspark_pynvml"]
+                return None
+    if module is None:
+        return None
+    try:
+        module.nvmlInit()
+    except Exception:  # NVMLError: no driver or no GPU here
+        return None
+    return module
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)  # older bindings return bytes
+
+
+def nvml_facts(nvml: Any) -> dict[str, Any]:
+    """The GPUs, the first one's memory and top clocks, the driver and the driver's CUDA version, read from
+    an initialised NVML binding (``_nvml``); {} where it sees no GPU. Each fact NVML will not give is left
+    out, not guessed."""
+    try:
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    except Exception:
+        return {}
+    if not handles:
+        return {}
+
+    def read(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except Exception:  # NVMLError_NotSupported and the like: this fact stays unrecorded
+            return None
+
+    lines = []
+    for index, handle in enumerate(handles):
+        uuid = read(functools.partial(nvml.nvmlDeviceGetUUID, handle))
+        lines.append(f"GPU {index}: {_text(nvml.nvmlDeviceGetName(handle))}" + (f" (UUID: {_text(uuid)})" if uuid else ""))
+    facts: dict[str, Any] = {"gpu": "\n".join(lines)}
+    first = handles[0]
+    if (memory := read(lambda: nvml.nvmlDeviceGetMemoryInfo(first))) is not None:
+        facts["gpu_memory_gib"] = round(memory.total / 2**30, 1)
+    facts["gpu_driver"] = read(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+    if cuda := read(nvml.nvmlSystemGetCudaDriverVersion):
+        facts["cuda"] = f"{cuda // 1000}.{cuda % 1000 // 10} (driver)"
+    sm = read(lambda: nvml.nvmlDeviceGetMaxClockInfo(first, nvml.NVML_CLOCK_SM))
+    memory_clock = read(lambda: nvml.nvmlDeviceGetMaxClockInfo(first, nvml.NVML_CLOCK_MEM))
+    if sm or memory_clock:
+        facts["gpu_clocks"] = ", ".join(f"{what} {mhz} MHz" for what, mhz in (("SM", sm), ("memory", memory_clock)) if mhz) + " at most"
+    return facts
+
+
+def _smi_facts() -> dict[str, Any]:
+    """``nvml_facts`` from nvidia-smi, where no NVML binding is installed; {} without a GPU."""
     listing = _nvidia_smi("-L")
     if not listing:
         return {}
     facts: dict[str, Any] = {"gpu": listing}
-    if query := _nvidia_smi("--query-gpu=memory.total,driver_version", "--format=csv,noheader,nounits"):
-        memory, _, driver = query.splitlines()[0].partition(",")
+    if query := _nvidia_smi("--query-gpu=memory.total,driver_version,clocks.max.sm,clocks.max.memory", "--format=csv,noheader,nounits"):
+        memory, driver, sm, memory_clock = ([*query.splitlines()[0].split(","), "", "", ""])[:4]
         try:
             facts["gpu_memory_gib"] = round(float(memory) / 1024, 1)
         except ValueError:
             pass
         facts["gpu_driver"] = driver.strip() or None
-    cuda = None
-    if "torch" in sys.modules:
-        cuda = getattr(sys.modules["torch"].version, "cuda", None)
-    if cuda is None and (header := _nvidia_smi()):
+        clocks = [f"{what} {mhz.strip()} MHz" for what, mhz in (("SM", sm), ("memory", memory_clock)) if mhz.strip().isdigit()]
+        facts["gpu_clocks"] = ", ".join(clocks) + " at most" if clocks else None
+    if header := _nvidia_smi():
         found = re.search(r"CUDA Version:\s*([0-9.]+)", header)
-        cuda = f"{found.group(1)} (driver)" if found else None
-    facts["cuda"] = cuda
+        facts["cuda"] = f"{found.group(1)} (driver)" if found else None
+    return facts
+
+
+def gpu_facts() -> dict[str, Any]:
+    """The GPUs, the first one's memory and clocks, the driver and the CUDA version: through NVML (``_nvml``),
+    else nvidia-smi; CUDA is torch's build where torch is already imported, else the driver's. {} without a GPU."""
+    nvml = _nvml()
+    facts = nvml_facts(nvml) if nvml is not None else _smi_facts()
+    if facts and "torch" in sys.modules and (built := getattr(sys.modules["torch"].version, "cuda", None)):
+        facts["cuda"] = built
     return facts
 
 
@@ -429,7 +507,10 @@ def listening_pgid(base_url: str) -> int | None:
 
 
 def gpu_compute_processes() -> list[tuple[int, float]] | None:
-    """(pid, MiB) of every process computing on this machine's GPUs; None without a GPU (or nvidia-smi)."""
+    """(pid, MiB) of every process computing on this machine's GPUs, through NVML, else nvidia-smi; None
+    without a GPU."""
+    if (nvml := _nvml()) is not None:
+        return nvml_processes(nvml)
     listing = _nvidia_smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
     if listing is None:
         return None if _nvidia_smi("-L") is None else []
@@ -441,6 +522,19 @@ def gpu_compute_processes() -> list[tuple[int, float]] | None:
         except ValueError:
             continue
     return found
+
+
+def nvml_processes(nvml: Any) -> list[tuple[int, float]] | None:
+    """``gpu_compute_processes`` from an initialised NVML binding; None where it cannot list them."""
+    try:
+        found = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            for process in nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(index)):
+                used = process.usedGpuMemory  # None where the driver does not say (e.g. some containers)
+                found.append((int(process.pid), float(used) / 2**20 if used else 0.0))
+        return found
+    except Exception:
+        return None
 
 
 def _pgid(pid: int) -> int | None:
@@ -464,9 +558,21 @@ def gpu_others(processes: list[tuple[int, float]] | None, ours: Collection[int])
     )
 
 
+@dataclass(frozen=True)
+class GpuSample:
+    """What the GPUs did over a level: mean utilisation (0-1, all GPUs together), the most memory one GPU had
+    in use (GiB) and the mean SM clock (MHz: a clock held down by heat or power shows here)."""
+
+    utilisation: float | None = None
+    memory_gib: float | None = None
+    sm_clock_mhz: float | None = None
+
+
 class GpuSampler:
-    """The GPUs' utilisation over a level: nvidia-smi samples it every ``interval_ms`` in a process of its own
-    while the level runs (nothing in the load generator's loop), read when the level ends."""
+    """The GPUs over a level (``GpuSample``): nvidia-smi samples them every ``interval_ms`` in a process of its
+    own while the level runs (nothing in the load generator's loop), read when the level ends."""
+
+    QUERY = "utilization.gpu,memory.used,clocks.sm"
 
     def __init__(self, interval_ms: int = 250) -> None:
         self.interval_ms = interval_ms
@@ -475,32 +581,49 @@ class GpuSampler:
     def start(self) -> GpuSampler:
         try:
             self.process = subprocess.Popen(
-                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", f"-lms={self.interval_ms}"],
+                ["nvidia-smi", f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits", f"-lms={self.interval_ms}"],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             )  # fmt: skip
         except OSError:
             self.process = None
         return self
 
-    def stop(self) -> float | None:
-        """The mean utilisation (0-1) over the samples, all GPUs together; None: nothing sampled."""
+    def stop(self) -> GpuSample:
+        """The level's ``GpuSample``; every field None where nothing was sampled."""
         if self.process is None:
-            return None
+            return GpuSample()
         self.process.terminate()
         try:
             out, _ = self.process.communicate(timeout=5)
         except subprocess.TimeoutExpired:
             self.process.kill()
             out, _ = self.process.communicate()
-        return mean_utilisation(out)
+        return gpu_sample(out)
 
 
-def mean_utilisation(samples: str) -> float | None:
-    """nvidia-smi's utilisation.gpu lines (percent) as one mean share; None without a sample. Pure."""
-    values = []
-    for line in samples.splitlines():
-        try:
-            values.append(float(line.strip()) / 100.0)
-        except ValueError:
-            continue
-    return sum(values) / len(values) if values else None
+def gpu_sample(samples: str) -> GpuSample:
+    """nvidia-smi's ``GpuSampler.QUERY`` lines (percent, MiB, MHz; one line per GPU per sample) as one
+    ``GpuSample``; a value nvidia-smi could not read ("[N/A]") is left out. Pure."""
+    utilisation: list[float] = []
+    clocks: list[float] = []
+    memory: list[float] = []
+    for parts in (line.split(",") for line in samples.splitlines() if line.strip()):
+        values = [_number(part) for part in parts] + [None, None, None]
+        if values[0] is not None:
+            utilisation.append(values[0] / 100.0)
+        if values[1] is not None:
+            memory.append(values[1])
+        if values[2] is not None:
+            clocks.append(values[2])
+    return GpuSample(
+        utilisation=sum(utilisation) / len(utilisation) if utilisation else None,
+        memory_gib=round(max(memory) / 1024, 2) if memory else None,
+        sm_clock_mhz=round(sum(clocks) / len(clocks)) if clocks else None,
+    )
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None

@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from dspark_bench.loadtests.machine import gpu_problems, noise_problems
+from dspark_bench.loadtests.machine import GpuSample, gpu_problems, noise_problems
 from dspark_bench.loadtests.records import RequestRecord
 from dspark_bench.loadtests.validate import INVALID_JSON, Verdict
 
@@ -375,6 +375,8 @@ class LevelHealth:
     client_read_lateness: float | None = None  # ... what its waits added to a request, a share of the median latency
     api_server_wait_share: float | None = None  # ... and the API server of the server under test
     gpu_utilisation: float | None = None  # the GPUs' mean utilisation over the level (None: no GPU)
+    gpu_memory_gib: float | None = None  # the most memory one GPU had in use over the level
+    gpu_sm_clock_mhz: float | None = None  # the GPUs' mean SM clock over the level
     gpu_other_processes: tuple[str, ...] | None = None  # compute processes on the GPU not of this run (None: not told)
 
     @property
@@ -412,7 +414,7 @@ def level_health(
     incomplete: bool,
     prefix_cache_reset: bool | None,
     waits: Mapping[str, float | None] | None = None,
-    gpu_utilisation: float | None = None,
+    gpu: GpuSample | None = None,
     gpu_others: tuple[str, ...] | None = None,
     cost_only: bool = False,
 ) -> LevelHealth:
@@ -449,7 +451,9 @@ def level_health(
         client_wait_share=client_wait,
         client_read_lateness=lateness,
         api_server_wait_share=waits.get("api_server_wait_share"),
-        gpu_utilisation=gpu_utilisation,
+        gpu_utilisation=gpu.utilisation if gpu else None,
+        gpu_memory_gib=gpu.memory_gib if gpu else None,
+        gpu_sm_clock_mhz=gpu.sm_clock_mhz if gpu else None,
         gpu_other_processes=gpu_others,
     )
 

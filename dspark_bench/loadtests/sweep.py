@@ -170,7 +170,7 @@ def _measure_level(
         run_level(endpoint, plan, config.level_timeout_s, pool=pool, cost_only=config.cost_only)
     finally:
         after = cpu_snapshot(mine, harness, idle)
-        utilisation = sampler.stop() if sampler else None
+        gpu = sampler.stop() if sampler else None
         on_gpu = gpu_others(gpu_compute_processes(), {*results.server_pgids.values(), *harness, os.getpgid(0)}) if sampler else None
         metrics = level_metrics(plan.records, config.slo)
         # the load generator's own cost (this process and its workers): CPU seconds per request, and the
@@ -185,7 +185,7 @@ def _measure_level(
             incomplete=plan.aborted is not None or not plan.finished(),
             prefix_cache_reset=cache_reset,
             waits=starvation(snapshot, after),
-            gpu_utilisation=utilisation,
+            gpu=gpu,
             gpu_others=on_gpu,
             cost_only=config.cost_only,
         )

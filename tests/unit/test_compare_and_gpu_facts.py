@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from dspark_bench.loadtests import machine
-from dspark_bench.loadtests.metrics import TRUNCATED_WARN_SHARE, level_metrics, level_warnings
+from dspark_bench.loadtests.metrics import TRUNCATED_WARN_SHARE, level_health, level_metrics, level_warnings
 from dspark_bench.reports.compare import answer_agreement, build_comparison, finished_speeds
 from dspark_bench.reports.tables import format_summary, summary_frame
 from tests.made_results import made_run
@@ -93,6 +94,7 @@ def test_gpu_facts_name_the_gpu_its_memory_driver_and_cuda(monkeypatch):
     def fake(*args):
         return next((text for key, text in answers.items() if key in args or key in " ".join(args)), None)
 
+    monkeypatch.setattr(machine, "_nvml", lambda: None)  # no NVML binding: nvidia-smi tells
     monkeypatch.setattr(machine, "_nvidia_smi", fake)
     facts = machine.gpu_facts()
     assert "NVIDIA H200" in facts["gpu"]
@@ -114,9 +116,83 @@ def test_another_process_on_the_gpu_is_a_problem_and_the_runs_own_are_not():
         sleeper.wait()
 
 
-def test_gpu_utilisation_samples_average_to_a_share():
-    assert machine.mean_utilisation("90\n 70 \n[N/A]\n") == pytest.approx(0.8)
-    assert machine.mean_utilisation("") is None
+class FakeNvml:
+    """NVML's Python binding as nvidia-ml-py spells it, for one GPU: what ``machine`` calls, and nothing else."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+
+    class NotSupported(Exception):
+        pass
+
+    def __init__(self, processes=(), clocks=True):
+        self.processes = [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in processes]
+        self.clocks = clocks
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return f"handle-{index}"
+
+    def nvmlDeviceGetName(self, handle):
+        return b"NVIDIA H100 80GB HBM3"  # older bindings give bytes
+
+    def nvmlDeviceGetUUID(self, handle):
+        return "GPU-5e1f"
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return SimpleNamespace(total=85520809984, used=0, free=85520809984)
+
+    def nvmlSystemGetDriverVersion(self):
+        return "580.159.04"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 13000
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock):
+        if not self.clocks:
+            raise self.NotSupported("NVML_ERROR_NOT_SUPPORTED")
+        return {self.NVML_CLOCK_SM: 1980, self.NVML_CLOCK_MEM: 2619}[clock]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return self.processes
+
+
+def test_nvml_names_the_gpu_its_memory_driver_cuda_and_clocks_and_leaves_out_what_it_will_not_say(monkeypatch):
+    facts = machine.nvml_facts(FakeNvml())
+    assert facts == {
+        "gpu": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5e1f)", "gpu_memory_gib": 79.6, "gpu_driver": "580.159.04",
+        "cuda": "13.0 (driver)", "gpu_clocks": "SM 1980 MHz, memory 2619 MHz at most",
+    }  # fmt: skip
+    assert "gpu_clocks" not in machine.nvml_facts(FakeNvml(clocks=False))
+    monkeypatch.setattr(machine, "_nvml", lambda: FakeNvml())
+    named = machine.MachineFacts(**machine.gpu_facts())
+    assert named.gpus == ["NVIDIA H100 80GB HBM3"] and named.summary.startswith("1x NVIDIA H100 80GB HBM3, 79.6 GiB (driver 580.159.04")
+
+
+def test_a_level_beside_another_process_on_the_gpu_is_not_valid_as_nvml_lists_it(monkeypatch):
+    sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)  # another process group: not the run's
+    try:
+        ours = {os.getpgid(0)}
+        monkeypatch.setattr(machine, "_nvml", lambda: FakeNvml([(os.getpid(), 2**30), (sleeper.pid, 3 * 2**30)]))
+        others = machine.gpu_others(machine.gpu_compute_processes(), ours)
+        health = level_health(8, level_metrics([]), {}, {}, None, False, True, gpu_others=others)
+        assert not health.valid and health.problems == (f"other processes computed on the GPU: pid {sleeper.pid} (3,072 MiB) "
+                                                        "(stop them, or give the run a GPU of its own)",)  # fmt: skip
+        monkeypatch.setattr(machine, "_nvml", lambda: FakeNvml([(os.getpid(), 2**30)]))  # the run's own only
+        alone = level_health(8, level_metrics([]), {}, {}, None, False, True, gpu_others=machine.gpu_others(machine.gpu_compute_processes(), ours))
+        assert alone.gpu_other_processes == () and not any("GPU" in problem for problem in alone.problems)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_levels_gpu_samples_give_its_mean_utilisation_peak_memory_and_mean_clock():
+    sample = machine.gpu_sample("90, 20480, 1980\n 70 , 30720, 1400\n[N/A], [N/A], [N/A]\n")
+    assert sample == machine.GpuSample(utilisation=pytest.approx(0.8), memory_gib=30.0, sm_clock_mhz=1690)
+    assert machine.gpu_sample("") == machine.GpuSample()
+    health = level_health(8, level_metrics([]), {}, {}, None, False, True, gpu=sample)
+    assert (health.gpu_utilisation, health.gpu_memory_gib, health.gpu_sm_clock_mhz) == (pytest.approx(0.8), 30.0, 1690)
 
 
 def test_no_share_of_the_machines_cpu_exceeds_all_of_it_when_a_server_dies():
