@@ -38,6 +38,8 @@ TRACKED = (
     "dspark_engine_hook_us",  # microseconds the patch's own hooks took in the engine core
     "dspark_worker_hook_us",  # ... and in the worker
 )
+# The patch's own time per vLLM method it wraps (label "method"): each kept as "dspark_hook_us:<Class.method>"
+BY_METHOD = "dspark_hook_us"
 # Gauges: the level's last value, not a difference (the DSpark gate's step costs as it measured them, which
 # its choices to draft or not were made from).
 GAUGES = (
@@ -63,6 +65,10 @@ def scrape(base_url: str, headers: dict[str, str] | None = None, timeout: float 
         for family in text_string_to_metric_families(response.text):
             if family.name in GAUGES and family.samples:
                 totals[family.name] = max(sample.value for sample in family.samples)
+            elif family.name == BY_METHOD:  # one total per wrapped method, kept apart
+                for sample in family.samples:
+                    if sample.name.endswith("_total") and (method := sample.labels.get("method")):
+                        totals[f"{BY_METHOD}:{method}"] = totals.get(f"{BY_METHOD}:{method}", 0.0) + sample.value
             elif family.name in TRACKED:
                 for sample in family.samples:
                     if sample.name.endswith("_total"):
@@ -100,6 +106,8 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
         for side in ("engine", "worker"):  # the patch's own Python a step, beside what a step cost
             if (micro := out.get(f"dspark_{side}_hook_us")) is not None:
                 out[f"{side}_hook_us_per_step"] = micro / steps
+        for name in [name for name in out if name.startswith(f"{BY_METHOD}:")]:  # ... and where it went
+            out[f"hook_us_per_step:{name.split(':', 1)[1]}"] = out[name] / steps
     queries, hits = out.get("vllm:prefix_cache_queries"), out.get("vllm:prefix_cache_hits")
     if queries:
         out["prefix_cache_hit_rate"] = (hits or 0.0) / queries

@@ -42,7 +42,7 @@ from dspark_serve.acceptance import StepCosts, prior_draft_cost
 from dspark_serve.engine_config import EngineConfig
 from dspark_serve.governor import Governor
 from dspark_serve.hooks import CLOCK, present
-from dspark_serve.state import engine_counters
+from dspark_serve.state import COUNTERS, engine_counters
 from dspark_serve.targets import dflash, engine_core, model_runner, model_runner_v2, scheduler, structured_output
 
 TARGETS = (scheduler, engine_core, structured_output, model_runner, model_runner_v2, dflash)
@@ -79,7 +79,8 @@ def register() -> None:
 def install(config: EngineConfig) -> None:
     """Every hook list of ``config``'s features, outermost first, in one place."""
     counters = engine_counters(config.state_dir)
-    CLOCK.sink = lambda side, micro: counters.add(f"{side}_hook_us", micro)
+    # A method with no slot of its own (a runner class not in HOOKED_METHODS) counts in its side's total only
+    CLOCK.sink = lambda counter, micro: counters.add(counter, micro) if counter in COUNTERS else None
     counting = grammar_counter.CountingHooks(grammar_counter.GrammarForcedCounter(counters))
     structured_output.install(grammar_bitmask=[counting.grammar_bitmask], accept_tokens=[counting.accept_tokens])
     if not config.speculating:  # nothing to gate, hand off or draft

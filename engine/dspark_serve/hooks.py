@@ -25,20 +25,24 @@ INSTALLED: dict[str, list[str]] = {}
 
 class HookClock:
     """This process's time in DSpark's hooks: each wrapper's time less that of the vLLM method it stands for,
-    by side ("engine": the engine core, scheduler and grammar; "worker": the model runners and drafters), so a
-    GPU run says what the patch's own Python costs a step (``/metrics``: ``dspark_engine_hook_us_total``,
-    ``dspark_worker_hook_us_total``). ``sink(side, microseconds)`` (the engine counters) receives it every
-    ``FLUSH`` calls: a call costs two clock reads and an addition, not a shared-memory write."""
+    by side ("engine": the engine core, scheduler and grammar; "worker": the model runners and drafters) and by
+    wrapped method, so a GPU run says what the patch's own Python costs a step and where (``/metrics``:
+    ``dspark_engine_hook_us_total``, ``dspark_worker_hook_us_total``, ``dspark_hook_us_total{method=...}``).
+    ``sink(counter, microseconds)`` (the engine counters) receives it every ``FLUSH`` calls, by counter name
+    (``<side>_hook_us``, ``hook_us:<Class.method>``): a call costs two clock reads and two additions, not a
+    shared-memory write."""
 
     FLUSH = 64
 
     def __init__(self) -> None:
-        self.ns = {"engine": 0, "worker": 0}
+        self.ns: dict[str, int] = {"engine_hook_us": 0, "worker_hook_us": 0}
         self.calls = 0
         self.sink: Callable[[str, int], None] | None = None
 
-    def add(self, side: str, ns: int) -> None:
-        self.ns[side] += ns
+    def add(self, side: str, method: str, ns: int) -> None:
+        self.ns[f"{side}_hook_us"] += ns
+        key = f"hook_us:{method}"
+        self.ns[key] = self.ns.get(key, 0) + ns
         self.calls += 1
         if self.calls >= self.FLUSH:
             self.flush()
@@ -47,18 +51,19 @@ class HookClock:
         self.calls = 0
         if self.sink is None:
             return
-        for side, ns in self.ns.items():
+        for counter, ns in self.ns.items():
             if micro := ns // 1000:
-                self.sink(side, micro)
-                self.ns[side] = ns - 1000 * micro
+                self.sink(counter, micro)
+                self.ns[counter] = ns - 1000 * micro
 
 
 CLOCK = HookClock()
 WORKER_MODULES = ("vllm.v1.worker", "vllm.v1.spec_decode", "vllm.model_executor")  # the rest: the engine core's
 
 
-def timed(original: Callable[..., Any], hooks: Sequence[Hook], side: str) -> Callable[..., Any]:
-    """``compose(original, hooks)``, its time less ``original``'s added to ``CLOCK`` (nested calls included)."""
+def timed(original: Callable[..., Any], hooks: Sequence[Hook], side: str, method: str) -> Callable[..., Any]:
+    """``compose(original, hooks)``, its time less ``original``'s added to ``CLOCK`` as ``method``'s (a wrapped
+    method that ``original`` calls keeps its own)."""
     inside = [0]  # ns spent in vLLM's method, over every call
 
     def vllm_method(obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -75,7 +80,7 @@ def timed(original: Callable[..., Any], hooks: Sequence[Hook], side: str) -> Cal
         try:
             return call(obj, *args, **kwargs)
         finally:
-            CLOCK.add(side, time.perf_counter_ns() - start - (inside[0] - before))
+            CLOCK.add(side, method, time.perf_counter_ns() - start - (inside[0] - before))
 
     return wrapper
 
@@ -121,7 +126,7 @@ def chain(cls: type, name: str, hooks: Sequence[Hook]) -> None:
     # The composed chain, timed, is the wrapper, with vLLM's signature (inspect follows __wrapped__), name and
     # docstring
     side = "worker" if cls.__module__.startswith(WORKER_MODULES) else "engine"
-    wrapper = functools.update_wrapper(timed(original, hooks, side), original)
+    wrapper = functools.update_wrapper(timed(original, hooks, side, f"{cls.__qualname__}.{name}"), original)
     setattr(wrapper, ORIGINAL, original)
     setattr(wrapper, INHERITED, inherited)
     setattr(wrapper, HOOKS, tuple(hooks))

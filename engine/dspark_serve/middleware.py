@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from dspark_serve.state import (
     ASYNC_CAP_HOW,
+    HOOKED_METHODS,
     MEASURES,
     SCHEMA_STATE_FILE,
     STATE_DIR_ENV,
@@ -78,6 +79,12 @@ class EngineCountsCollector:
         counts = engine_counts()
         for name, description in EXPORTED_COUNTERS:
             yield CounterMetricFamily(f"dspark_{name}", description, value=counts.get(name, 0))
+        by_method = CounterMetricFamily(
+            "dspark_hook_us", "Microseconds DSpark's own hooks took on each vLLM method it wraps, vLLM's own time excluded", labels=["method"]
+        )
+        for method in HOOKED_METHODS:
+            by_method.add_metric([method], counts.get(f"hook_us:{method}", 0))
+        yield by_method
         for name in MEASURES:
             yield GaugeMetricFamily(f"dspark_{name}", MEASURE_HELP[name], value=counts.get(name, 0))
 

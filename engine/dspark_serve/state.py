@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dspark_serve.targets import dflash, engine_core, model_runner, model_runner_v2, scheduler, structured_output
+
 STATUS_ENV = "DSPARK_STATUS"  # JSON of what dspark-serve switched on and why (its status line, as data)
 STATE_DIR_ENV = "DSPARK_STATE_DIR"  # folder the engine process and the API server share while serving
 # the cap under asynchronous scheduling (speculation_gate: SpeculationGate.uniform)
@@ -34,7 +36,15 @@ ENGINE_DRAFTED = "dspark_engine_drafted"
 # speculation off because it measured plain steps faster, and its switches between the two (governor).
 # Then the forced tokens sent to the worker's drafts under asynchronous scheduling (async_grammar_drafts), and
 # the structure memory's predictions sent there (structure_lookahead). Last, the time DSpark's own hooks took in
-# the engine core and in the worker, in microseconds (hooks.CLOCK).
+# the engine core and in the worker, in microseconds (hooks.CLOCK), then the same per method DSpark wraps.
+# Every vLLM method DSpark wraps, as "Class.method" (the same name on two runners shares one slot: one runs)
+HOOKED_METHODS = tuple(
+    dict.fromkeys(
+        key.split(":", 1)[1]
+        for target in (scheduler, engine_core, structured_output, model_runner, model_runner_v2, dflash)
+        for key in target.REPLACES
+    )
+)
 COUNTERS = (
     "grammar_forced_tokens",
     "constrained_tokens",
@@ -59,6 +69,7 @@ COUNTERS = (
     "async_structure_tokens",
     "engine_hook_us",
     "worker_hook_us",
+    *(f"hook_us:{method}" for method in HOOKED_METHODS),
 )
 MEASURES = ("step_fixed_us", "step_per_position_us", "drafter_pass_us", "drafts_pay_to_batch")  # set, not summed: the largest over processes
 

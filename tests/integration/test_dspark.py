@@ -170,6 +170,8 @@ def test_where_drafts_miss_the_drafter_stops_and_answers_stay_stock(dspark_serve
     assert metrics["dspark_step_fixed_us"] == after["step_fixed_us"] > 0
     for side in ("engine", "worker"):  # the patch's own Python, beside what the step cost
         assert after[f"{side}_hook_us"] > before[f"{side}_hook_us"], side
+    # ... and per method it wraps: the scheduler's update runs the gate on every step
+    assert metrics["dspark_hook_us:Scheduler.update_from_output"] > 0
 
 
 def test_the_engine_core_drafts_only_where_the_worker_leaves_it_the_draft_positions(dspark_servers):

@@ -77,7 +77,7 @@ class Slow:
 
 def test_the_clock_counts_the_hooks_time_and_not_vllms(monkeypatch):
     clock, sunk = hooks.HookClock(), []
-    clock.sink = lambda side, micro: sunk.append((side, micro))
+    clock.sink = lambda counter, micro: sunk.append((counter, micro))
     monkeypatch.setattr(hooks, "CLOCK", clock)
 
     def hook(proceed, obj):
@@ -90,6 +90,19 @@ def test_the_clock_counts_the_hooks_time_and_not_vllms(monkeypatch):
         clock.flush()
     finally:
         hooks.chain(Slow, "step", [])
-    assert [side for side, _ in sunk] == ["engine"]  # not a worker module's class
-    assert 15_000 <= sunk[0][1] < 150_000  # three hooks' 5 ms, none of vLLM's 300 ms
-    assert clock.calls == 0 and clock.ns["engine"] < 1000  # flushed, the remainder under a microsecond
+    # by side (not a worker module's class) and by the method wrapped, each the three hooks' 5 ms, none of
+    # vLLM's 300 ms
+    assert [counter for counter, _ in sunk] == ["engine_hook_us", "hook_us:Slow.step"]
+    assert all(15_000 <= micro < 150_000 for _, micro in sunk) and sunk[0][1] == sunk[1][1]
+    assert clock.calls == 0 and clock.ns["engine_hook_us"] < 1000  # flushed, the remainder under a microsecond
+
+
+def test_every_wrapped_method_has_a_counter_and_a_metric_of_its_own():
+    from dspark_serve.engine_plugin import TARGETS
+    from dspark_serve.middleware import EngineCountsCollector
+    from dspark_serve.state import COUNTERS, HOOKED_METHODS
+
+    wrapped = {key.split(":", 1)[1] for target in TARGETS for key in target.REPLACES}
+    assert set(HOOKED_METHODS) == wrapped and {f"hook_us:{method}" for method in wrapped} <= set(COUNTERS)
+    by_method = next(family for family in EngineCountsCollector().collect() if family.name == "dspark_hook_us")
+    assert {sample.labels["method"] for sample in by_method.samples if sample.name.endswith("_total")} == wrapped

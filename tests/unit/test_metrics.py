@@ -109,6 +109,10 @@ def test_the_gates_counts_are_differences_and_its_measured_costs_the_levels_last
     def page(steps: int, plain: int, fixed_us: int) -> str:  # as prometheus_client writes dspark-serve's
         counters = {"engine_steps": steps, "plain_steps": plain, "drafter_steps": steps // 4, "engine_hook_us": 3 * steps}
         text = "".join(f"# TYPE dspark_{name}_total counter\ndspark_{name}_total {value}.0\n" for name, value in counters.items())
+        by_method = {"Scheduler.update_from_output": 2 * steps, "EngineCore.post_step": steps}
+        text += "# TYPE dspark_hook_us_total counter\n" + "".join(
+            f'dspark_hook_us_total{{method="{method}"}} {value}.0\n' for method, value in by_method.items()
+        )
         return text + f"# TYPE dspark_step_fixed_us gauge\ndspark_step_fixed_us {fixed_us}.0\n"
 
     pages = [page(100, 10, 900), page(300, 160, 700)]
@@ -124,6 +128,8 @@ def test_the_gates_counts_are_differences_and_its_measured_costs_the_levels_last
     assert out["dspark_step_fixed_us"] == 700  # what the gate measured by the level's end, not 700 - 900
     assert out["plain_step_share"] == 0.75 and out["drafter_step_share"] == 0.25
     assert out["engine_hook_us_per_step"] == 3.0 and "worker_hook_us_per_step" not in out  # the patch's Python a step
+    assert out["dspark_hook_us:Scheduler.update_from_output"] == 400 and out["dspark_hook_us:EngineCore.post_step"] == 200
+    assert out["hook_us_per_step:Scheduler.update_from_output"] == 2.0  # ... and where it went, each method apart
 
 
 def test_metrics_that_are_not_prometheus_text_are_left_out(capsys):
