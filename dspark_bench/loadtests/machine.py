@@ -193,7 +193,8 @@ def nvml_facts(nvml: Any) -> dict[str, Any]:
     out, not guessed."""
     try:
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-    except Exception:
+        names = [_text(nvml.nvmlDeviceGetName(handle)) for handle in handles]
+    except Exception:  # a binding that cannot name the GPUs tells nothing (gpu_facts asks nvidia-smi)
         return {}
     if not handles:
         return {}
@@ -205,9 +206,9 @@ def nvml_facts(nvml: Any) -> dict[str, Any]:
             return None
 
     lines = []
-    for index, handle in enumerate(handles):
+    for index, (handle, name) in enumerate(zip(handles, names, strict=True)):
         uuid = read(functools.partial(nvml.nvmlDeviceGetUUID, handle))
-        lines.append(f"GPU {index}: {_text(nvml.nvmlDeviceGetName(handle))}" + (f" (UUID: {_text(uuid)})" if uuid else ""))
+        lines.append(f"GPU {index}: {name}" + (f" (UUID: {_text(uuid)})" if uuid else ""))
     facts: dict[str, Any] = {"gpu": "\n".join(lines)}
     first = handles[0]
     if (memory := read(lambda: nvml.nvmlDeviceGetMemoryInfo(first))) is not None:
@@ -247,7 +248,7 @@ def gpu_facts() -> dict[str, Any]:
     """The GPUs, the first one's memory and clocks, the driver and the CUDA version: through NVML (``_nvml``),
     else nvidia-smi; CUDA is torch's build where torch is already imported, else the driver's. {} without a GPU."""
     nvml = _nvml()
-    facts = nvml_facts(nvml) if nvml is not None else _smi_facts()
+    facts = (nvml_facts(nvml) if nvml is not None else {}) or _smi_facts()  # NVML that sees no GPU: ask nvidia-smi
     if facts and "torch" in sys.modules and (built := getattr(sys.modules["torch"].version, "cuda", None)):
         facts["cuda"] = built
     return facts
@@ -509,8 +510,8 @@ def listening_pgid(base_url: str) -> int | None:
 def gpu_compute_processes() -> list[tuple[int, float]] | None:
     """(pid, MiB) of every process computing on this machine's GPUs, through NVML, else nvidia-smi; None
     without a GPU."""
-    if (nvml := _nvml()) is not None:
-        return nvml_processes(nvml)
+    if (nvml := _nvml()) is not None and (found := nvml_processes(nvml)) is not None:
+        return found
     listing = _nvidia_smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
     if listing is None:
         return None if _nvidia_smi("-L") is None else []
@@ -525,7 +526,8 @@ def gpu_compute_processes() -> list[tuple[int, float]] | None:
 
 
 def nvml_processes(nvml: Any) -> list[tuple[int, float]] | None:
-    """``gpu_compute_processes`` from an initialised NVML binding; None where it cannot list them."""
+    """``gpu_compute_processes`` from an initialised NVML binding; None where it cannot list them (then
+    nvidia-smi is asked)."""
     try:
         found = []
         for index in range(nvml.nvmlDeviceGetCount()):

@@ -169,6 +169,15 @@ def test_nvml_names_the_gpu_its_memory_driver_cuda_and_clocks_and_leaves_out_wha
     named = machine.MachineFacts(**machine.gpu_facts())
     assert named.gpus == ["NVIDIA H100 80GB HBM3"] and named.summary.startswith("1x NVIDIA H100 80GB HBM3, 79.6 GiB (driver 580.159.04")
 
+    class Unnamed(FakeNvml):
+        def nvmlDeviceGetName(self, handle):
+            raise self.NotSupported("NVML_ERROR_UNKNOWN")
+
+    # NVML that cannot name the GPU tells nothing: nvidia-smi does
+    monkeypatch.setattr(machine, "_nvml", lambda: Unnamed())
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda *args: "GPU 0: NVIDIA H200 (UUID: GPU-1)" if args == ("-L",) else None)
+    assert machine.gpu_facts()["gpu"] == "GPU 0: NVIDIA H200 (UUID: GPU-1)"
+
 
 def test_a_level_beside_another_process_on_the_gpu_is_not_valid_as_nvml_lists_it(monkeypatch):
     sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)  # another process group: not the run's
