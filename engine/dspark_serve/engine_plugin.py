@@ -43,9 +43,8 @@ from dspark_serve.engine_config import EngineConfig
 from dspark_serve.governor import Governor
 from dspark_serve.hooks import CLOCK, present
 from dspark_serve.state import COUNTERS, engine_counters
-from dspark_serve.targets import dflash, engine_core, model_runner, model_runner_v2, scheduler, structured_output
+from dspark_serve.targets import TARGETS, dflash, engine_core, model_runner, model_runner_v2, scheduler, structured_output
 
-TARGETS = (scheduler, engine_core, structured_output, model_runner, model_runner_v2, dflash)
 FEATURES = (
     grammar_counter,
     speculation_gate,

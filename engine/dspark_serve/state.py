@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dspark_serve.targets import dflash, engine_core, model_runner, model_runner_v2, scheduler, structured_output
+from dspark_serve.targets import TARGETS
 
 STATUS_ENV = "DSPARK_STATUS"  # JSON of what dspark-serve switched on and why (its status line, as data)
 STATE_DIR_ENV = "DSPARK_STATE_DIR"  # folder the engine process and the API server share while serving
@@ -38,13 +38,7 @@ ENGINE_DRAFTED = "dspark_engine_drafted"
 # the structure memory's predictions sent there (structure_lookahead). Last, the time DSpark's own hooks took in
 # the engine core and in the worker, in microseconds (hooks.CLOCK), then the same per method DSpark wraps.
 # Every vLLM method DSpark wraps, as "Class.method" (the same name on two runners shares one slot: one runs)
-HOOKED_METHODS = tuple(
-    dict.fromkeys(
-        key.split(":", 1)[1]
-        for target in (scheduler, engine_core, structured_output, model_runner, model_runner_v2, dflash)
-        for key in target.REPLACES
-    )
-)
+HOOKED_METHODS = tuple(dict.fromkeys(key.split(":", 1)[1] for target in TARGETS for key in target.REPLACES))
 COUNTERS = (
     "grammar_forced_tokens",
     "constrained_tokens",

@@ -8,3 +8,7 @@
 - ``model_runner_v2``: the V2 ``GPUModelRunner`` a GPU runs for asynchronous speculation (worker process);
 - ``dflash``: the DFlash drafter, ``DFlashProposer`` and ``DFlashQwen3Model`` (worker process).
 """
+
+from dspark_serve.targets import dflash, engine_core, model_runner, model_runner_v2, scheduler, structured_output
+
+TARGETS = (scheduler, engine_core, structured_output, model_runner, model_runner_v2, dflash)
