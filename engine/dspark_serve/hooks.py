@@ -39,10 +39,10 @@ class HookClock:
         self.calls = 0
         self.sink: Callable[[str, int], None] | None = None
 
-    def add(self, side: str, method: str, ns: int) -> None:
-        self.ns[f"{side}_hook_us"] += ns
-        key = f"hook_us:{method}"
-        self.ns[key] = self.ns.get(key, 0) + ns
+    def add(self, side_counter: str, method_counter: str, ns: int) -> None:
+        """``ns`` for both counters (``side_counter``, ``method_counter``): their names are made once per wrapper."""
+        self.ns[side_counter] += ns
+        self.ns[method_counter] = self.ns.get(method_counter, 0) + ns
         self.calls += 1
         if self.calls >= self.FLUSH:
             self.flush()
@@ -57,6 +57,12 @@ class HookClock:
                 self.ns[counter] = ns - 1000 * micro
 
 
+def method_counter(method: str) -> str:
+    """The counter that holds the hooks' time on ``method`` ("Class.method"): ``state.COUNTERS`` has one per
+    wrapped method, ``/metrics`` labels it by method."""
+    return f"hook_us:{method}"
+
+
 CLOCK = HookClock()
 WORKER_MODULES = ("vllm.v1.worker", "vllm.v1.spec_decode", "vllm.model_executor")  # the rest: the engine core's
 
@@ -65,6 +71,7 @@ def timed(original: Callable[..., Any], hooks: Sequence[Hook], side: str, method
     """``compose(original, hooks)``, its time less ``original``'s added to ``CLOCK`` as ``method``'s (a wrapped
     method that ``original`` calls keeps its own)."""
     inside = [0]  # ns spent in vLLM's method, over every call
+    side_counter, own_counter = f"{side}_hook_us", method_counter(method)  # not built again on every call
 
     def vllm_method(obj: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter_ns()
@@ -80,7 +87,7 @@ def timed(original: Callable[..., Any], hooks: Sequence[Hook], side: str, method
         try:
             return call(obj, *args, **kwargs)
         finally:
-            CLOCK.add(side, method, time.perf_counter_ns() - start - (inside[0] - before))
+            CLOCK.add(side_counter, own_counter, time.perf_counter_ns() - start - (inside[0] - before))
 
     return wrapper
 

@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from dspark_serve.hooks import method_counter
 from dspark_serve.state import (
     ASYNC_CAP_HOW,
     HOOKED_METHODS,
@@ -83,7 +84,7 @@ class EngineCountsCollector:
             "dspark_hook_us", "Microseconds DSpark's own hooks took on each vLLM method it wraps, vLLM's own time excluded", labels=["method"]
         )
         for method in HOOKED_METHODS:
-            by_method.add_metric([method], counts.get(f"hook_us:{method}", 0))
+            by_method.add_metric([method], counts.get(method_counter(method), 0))
         yield by_method
         for name in MEASURES:
             yield GaugeMetricFamily(f"dspark_{name}", MEASURE_HELP[name], value=counts.get(name, 0))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dspark_serve.hooks import method_counter
 from dspark_serve.targets import TARGETS
 
 STATUS_ENV = "DSPARK_STATUS"  # JSON of what dspark-serve switched on and why (its status line, as data)
@@ -63,7 +64,7 @@ COUNTERS = (
     "async_structure_tokens",
     "engine_hook_us",
     "worker_hook_us",
-    *(f"hook_us:{method}" for method in HOOKED_METHODS),
+    *(method_counter(method) for method in HOOKED_METHODS),
 )
 MEASURES = ("step_fixed_us", "step_per_position_us", "drafter_pass_us", "drafts_pay_to_batch")  # set, not summed: the largest over processes
 
