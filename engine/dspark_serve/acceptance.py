@@ -105,10 +105,11 @@ def uniform_pays(rates: Sequence[float], drafts: int, verify_cost: float = VERIF
     against 1. All or nothing, not a shorter length: on a GPU vLLM 0.32's V2 model runner replays a full CUDA
     graph for a batch whose requests all verify the same number of positions (one set of graphs per draft
     length of the load-aware schedule); a batch of requests cut to different lengths runs piecewise graphs."""
-    if not rates or drafts <= 0:
+    if not len(rates) or drafts <= 0:
         return False
-    # per-rate sums cached at draft_budget's rounding: this runs in the engine core every step
-    gain = sum(_landing(round(rate, 3), drafts) for rate in rates) / len(rates)
+    # In numpy, at draft_budget's rounding: this runs in the engine core every step, over the whole batch
+    rounded = np.round(np.asarray(rates, dtype=np.float64), 3)
+    gain = float(np.cumprod(np.repeat(rounded[:, None], drafts, axis=1), axis=1).sum()) / len(rounded)
     return gain > draft_cost + verify_cost * drafts
 
 

@@ -117,16 +117,17 @@ class EngineDraftHooks:
 
     def update_from_output(self, proceed, scheduler, scheduler_output, model_runner_output):
         outputs = proceed(scheduler_output, model_runner_output)
-        steps = verified_drafts(
-            scheduler_output.scheduled_spec_decode_tokens,
-            model_runner_output.req_id_to_index,
-            model_runner_output.sampled_token_ids or [],
-        )
         sources = {"repeat": self.repeat, "grammar": self.grammar}
-        for request_id, drafted, accepted in steps:
-            source = sources.get(getattr(scheduler.requests.get(request_id), ENGINE_DRAFTED, None) or "")
-            if source is not None:
-                source.verified(request_id, drafted, accepted)
+        if not scheduler.scheduler_config.async_scheduling:  # only there were drafts made here (post_step) to judge
+            steps = verified_drafts(
+                scheduler_output.scheduled_spec_decode_tokens,
+                model_runner_output.req_id_to_index,
+                model_runner_output.sampled_token_ids or [],
+            )
+            for request_id, drafted, accepted in steps:
+                source = sources.get(getattr(scheduler.requests.get(request_id), ENGINE_DRAFTED, None) or "")
+                if source is not None:
+                    source.verified(request_id, drafted, accepted)
         for source in sources.values():
             if source is not None:
                 source.forget(scheduler.requests)

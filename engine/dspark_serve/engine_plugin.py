@@ -8,7 +8,7 @@ vLLM upgrade has to check: what the targets replace and what the features read. 
 (``tests/unit/test_engine_patch_plugin.py``), and each function or class must have the signature and source
 recorded in ``vllm_fingerprints.json`` (``fingerprints``, ``tests/unit/test_engine_patch_fingerprints.py``).
 
-- ``grammar_counter``: counts grammar-forced tokens (structured-output manager);
+- ``grammar_counter``: counts grammar-forced tokens (structured-output manager, scheduler);
 - ``speculation_gate``: drafts only where they pay, per request (scheduler, engine core), and, by the
   ``governor``'s measured tokens per second per batch size, only while speculating is faster than not;
 - ``engine_drafts``: drafts made in the engine core without a drafter pass, of the text each request
@@ -81,10 +81,11 @@ def install(config: EngineConfig) -> None:
     # A method with no slot of its own (a runner class not in HOOKED_METHODS) counts in its side's total only
     CLOCK.sink = lambda counter, micro: counters.add(counter, micro) if counter in COUNTERS else None
     counting = grammar_counter.CountingHooks(grammar_counter.GrammarForcedCounter(counters))
-    structured_output.install(grammar_bitmask=[counting.grammar_bitmask], accept_tokens=[counting.accept_tokens])
+    structured_output.install(grammar_bitmask=[counting.grammar_bitmask])
     if not config.speculating:  # nothing to gate, hand off or draft
-        for target in (scheduler, engine_core, model_runner, model_runner_v2, dflash):
+        for target in (engine_core, model_runner, model_runner_v2, dflash):
             target.install()
+        scheduler.install(update_from_output=[counting.update_from_output])
         return
 
     fixes = dflash_fixes.DFlashFixHooks() if config.drafter == "dflash" else None
@@ -127,7 +128,10 @@ def install(config: EngineConfig) -> None:
         update_after_schedule=present(hook(gated, "update_after_schedule")),
         async_update_after_schedule=present(hook(gated, "async_update_after_schedule")),
         update_from_output=present(
-            hook(drafts, "update_from_output"), hook(gated, "update_from_output"), hook(handoff, "update_from_output")
+            counting.update_from_output,
+            hook(drafts, "update_from_output"),
+            hook(gated, "update_from_output"),
+            hook(handoff, "update_from_output"),
         ),
         update_draft_token_ids=present(hook(gated, "update_draft_token_ids")),
         get_grammar_bitmask=present(hook(forced_texts, "get_grammar_bitmask")),

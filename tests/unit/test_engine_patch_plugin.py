@@ -13,7 +13,7 @@ from dspark_serve import (
 )
 from dspark_serve.dflash_fixes import greedy_tokens, normalize_per_layer
 from dspark_serve.engine_config import EngineConfig
-from dspark_serve.grammar_counter import GrammarForcedCounter, single_token_rows
+from dspark_serve.grammar_counter import CountingHooks, GrammarForcedCounter, single_token_rows
 from dspark_serve.state import EngineCounters, read_counters
 
 # The embedded model, found from this file: the engine patch's tests import nothing from the harness.
@@ -65,25 +65,44 @@ def test_counts_only_the_positions_a_step_kept(tmp_path):
     # request a: 3 drafts + bonus row, forced at rows 0 and 2; request b: no drafts, forced.
     mask = _rows({7}, {1, 2}, {9}, {3}, {4})
     counter.built(mask, ["a", "b"], {"a": [7, 1, 9]})
-    counter.accepted("a", 2)  # the second draft was rejected: rows 0-1 kept (1 forced)
-    counter.accepted("b", 1)
-    counter.accepted("c", 5)  # a request without a built mask this step is not counted
+    # a: the second draft was rejected, rows 0-1 kept (1 forced); c had no row built this step: not counted
+    counter.taken_in([("a", 2), ("b", 1), ("c", 5)])
     counts = read_counters(tmp_path)
     assert (counts["grammar_forced_tokens"], counts["constrained_tokens"]) == (2, 3)
     counter.built(_rows({7}), ["a"], {})
-    counter.accepted("a", 1)
-    assert read_counters(tmp_path)["grammar_forced_tokens"] == 3
+    counter.taken_in([("a", 4)])  # more kept than the request had rows: its one row
+    assert (read_counters(tmp_path)["grammar_forced_tokens"], read_counters(tmp_path)["constrained_tokens"]) == (3, 4)
+    counter.taken_in([("a", 1)])  # a step's rows are counted once
+    assert read_counters(tmp_path)["constrained_tokens"] == 4
 
 
-def test_a_steps_counts_reach_the_counters_once_each_request_is_counted_or_at_the_next_step(tmp_path):
-    counter = GrammarForcedCounter(EngineCounters(tmp_path / "engine-1.counters"))
-    counter.built(_rows({7}, {8}, {1, 2}), ["a", "b", "gone"], {})
-    counter.accepted("a", 1)
-    counter.accepted("b", 1)
-    counter.built(_rows({3}), ["a"], {})  # the next step: the last one's counts are in, "gone" (aborted) or not
-    assert (read_counters(tmp_path)["grammar_forced_tokens"], read_counters(tmp_path)["constrained_tokens"]) == (2, 2)
-    counter.accepted("a", 4)  # more kept than the request had rows: its one row
-    assert (read_counters(tmp_path)["grammar_forced_tokens"], read_counters(tmp_path)["constrained_tokens"]) == (3, 3)
+def test_a_large_bitmask_is_read_at_one_step_in_n_and_its_forced_tokens_count_n_times(tmp_path, monkeypatch):
+    """A bitmask over the counter's budget (a large vocabulary, a wide batch) is read at every N-th step only; the
+    constrained tokens are still counted at every step."""
+    from dspark_serve import grammar_counter
+
+    reads = []
+    monkeypatch.setattr(grammar_counter, "single_token_rows", lambda mask: reads.append(1) or single_token_rows(mask))
+    counter = GrammarForcedCounter(EngineCounters(tmp_path / "engine-1.counters"), budget_words=2)
+    forced = _rows({7}, {8}, {1, 2})  # 3 rows of 4 words: 12 words, read at one step in 6
+    for _ in range(12):
+        counter.built(forced, ["a", "b", "c"], {})
+        counter.taken_in([("a", 1), ("b", 1), ("c", 1)])
+    counts = read_counters(tmp_path)
+    assert len(reads) == 2 and counts["constrained_tokens"] == 36
+    assert counts["grammar_forced_tokens"] == 24  # two steps read, 2 forced each, counted 6 times
+
+
+def test_the_counting_hooks_count_what_the_engine_core_outputs(tmp_path):
+    """The hook on ``Scheduler.update_from_output`` reads each request's new tokens from vLLM's outputs."""
+    from types import SimpleNamespace
+
+    hooks = CountingHooks(GrammarForcedCounter(EngineCounters(tmp_path / "engine-1.counters")))
+    hooks.grammar_bitmask(lambda *args: _rows({7}, {1, 2}, {3}), None, {}, ["a", "b"], {"a": [1]})  # a: a draft, then its bonus row
+    out = {0: SimpleNamespace(outputs=[SimpleNamespace(request_id="a", new_token_ids=[7, 1]), SimpleNamespace(request_id="b", new_token_ids=[3])])}
+    assert hooks.update_from_output(lambda *args: out, None, None, None) is out
+    counts = read_counters(tmp_path)
+    assert (counts["grammar_forced_tokens"], counts["constrained_tokens"]) == (2, 3)
 
 
 def test_read_counters_sums_engine_processes(tmp_path):
@@ -142,7 +161,8 @@ def test_each_method_has_one_wrapper_calling_its_hooks_in_the_listed_order(plugi
     plugin(EngineConfig("ngram", str(tmp_path)))  # every feature on by default
     assert hooks.INSTALLED[POST_STEP] == ["EngineDraftHooks.post_step", "GateHooks.post_step", "HandoffHooks.post_step"]
     assert hooks.INSTALLED[UPDATE_FROM_OUTPUT] == [
-        "EngineDraftHooks.update_from_output", "GateHooks.update_from_output", "HandoffHooks.update_from_output"
+        "CountingHooks.update_from_output", "EngineDraftHooks.update_from_output", "GateHooks.update_from_output",
+        "HandoffHooks.update_from_output",
     ]  # fmt: skip
     assert hooks.INSTALLED[SAMPLE_TOKENS] == ["HandoffHooks.sample_tokens", "StockStepHooks.sample_tokens"]
     # grammar drafts under asynchronous scheduling: the engine core sends the forced text, the V2 runner drafts it
@@ -171,7 +191,7 @@ def test_switches_take_their_features_hooks_out(plugin, tmp_path):
     assert INIT_CANDIDATES not in hooks.INSTALLED
     plugin(EngineConfig("off", str(tmp_path)))  # speculation off: grammar-forced counts only
     assert sorted(hooks.INSTALLED) == [
-        "vllm.v1.structured_output:StructuredOutputManager.accept_tokens",
+        "vllm.v1.core.sched.scheduler:Scheduler.update_from_output",
         "vllm.v1.structured_output:StructuredOutputManager.grammar_bitmask",
     ]
 
@@ -414,7 +434,7 @@ def test_forced_texts_go_out_only_for_drafts_the_gate_will_verify(plugin, tmp_pa
 
     plugin(EngineConfig("ngram_gpu", str(tmp_path)))
     texts = getattr(Scheduler.get_grammar_bitmask, hooks.HOOKS)[0].__self__
-    gate = getattr(Scheduler.update_from_output, hooks.HOOKS)[1].__self__.gate
+    gate = getattr(Scheduler.update_from_output, hooks.HOOKS)[2].__self__.gate
     for planned in (False, True):
         gate.drafting = planned
         assert texts.drafting() is planned

@@ -1,4 +1,4 @@
-"""vLLM's ``StructuredOutputManager`` (``vllm/v1/structured_output/__init__.py``): the methods DSpark wraps."""
+"""vLLM's ``StructuredOutputManager`` (``vllm/v1/structured_output/__init__.py``): the method DSpark wraps."""
 
 from __future__ import annotations
 
@@ -6,14 +6,11 @@ from collections.abc import Sequence
 
 from dspark_serve.hooks import Hook, chain
 
-REPLACES = (
-    "vllm.v1.structured_output:StructuredOutputManager.grammar_bitmask",
-    "vllm.v1.structured_output:StructuredOutputManager.accept_tokens",
-)
+REPLACES = ("vllm.v1.structured_output:StructuredOutputManager.grammar_bitmask",)
 
 
-def install(*, grammar_bitmask: Sequence[Hook] = (), accept_tokens: Sequence[Hook] = ()) -> None:
+def install(*, grammar_bitmask: Sequence[Hook] = ()) -> None:
+    """Once a step: a hook here costs a step, not a request (``accept_tokens``, called per request, is not wrapped)."""
     from vllm.v1.structured_output import StructuredOutputManager
 
     chain(StructuredOutputManager, "grammar_bitmask", grammar_bitmask)
-    chain(StructuredOutputManager, "accept_tokens", accept_tokens)
