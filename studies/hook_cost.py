@@ -82,22 +82,45 @@ def run_steps(scheduler, requests: int, steps: int, landing: float, schema: dict
         add()
 
     vocab = scheduler.vllm_config.model_config.get_vocab_size()  # the bitmask's words run past it
-    allowed: dict[str, int] = {}  # request -> a token its grammar allows at the step's first position
+    written: dict[str, list[int]] = {}  # request -> the tokens it writes in its next step, as its grammar allows
+
+    def choose(bits: np.ndarray) -> int:
+        choices = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little")[:vocab])
+        return int(random.choice(choices)) if choices.size else 5
+
+    def walk(request, count: int) -> list[int]:
+        """``count`` tokens the request's grammar allows one after another (what a step whose drafts all land
+        writes); the grammar is rolled back, for vLLM to accept them when the step is taken in."""
+        import torch
+
+        grammar, mask, tokens = request.structured_output_request.grammar, torch.zeros((1, (vocab + 31) // 32), dtype=torch.int32), []
+        for _ in range(count):
+            if grammar.is_terminated():
+                break
+            grammar.fill_bitmask(mask, 0)
+            token = choose(mask[0].numpy())
+            if not grammar.accept_tokens(request.request_id, [token]):
+                break
+            tokens.append(token)
+        grammar.rollback(len(tokens))
+        return tokens or [5]
 
     def sample(grammar_output, output) -> None:
         if grammar_output is None:
             return
-        bits = np.unpackbits(grammar_output.grammar_bitmask.view(np.uint8), axis=1, bitorder="little")[:, :vocab]
         row = 0
         for request_id in grammar_output.structured_output_request_ids:
-            choices = np.flatnonzero(bits[row])
-            allowed[request_id] = int(random.choice(choices)) if choices.size else 5
-            row += len(output.scheduled_spec_decode_tokens.get(request_id, ())) + 1
+            drafts = len(output.scheduled_spec_decode_tokens.get(request_id, ()))
+            if request_id.startswith("hit") and drafts:
+                written[request_id] = walk(scheduler.requests[request_id], drafts + 1)
+            else:
+                written[request_id] = [choose(grammar_output.grammar_bitmask[row])]
+            row += drafts + 1
 
     def processed(output) -> None:
         ids = list(output.num_scheduled_tokens)
         drafted = {r: len(output.scheduled_spec_decode_tokens.get(r, ())) if r.startswith("hit") else 0 for r in ids}
-        sampled = [[allowed.pop(r, 5)] * (drafted[r] + 1) for r in ids]
+        sampled = [written.pop(r, None) or [5] * (drafted[r] + 1) for r in ids]
         index = {r: i for i, r in enumerate(ids)}
         before = len(scheduler.requests)
         scheduler.update_from_output(output, ModelRunnerOutput(req_ids=ids, req_id_to_index=index, sampled_token_ids=sampled))

@@ -258,6 +258,13 @@ class StepCosts:
             self.measured_pass = max(float(solved[2]), 0.0)
         return fixed, per_position, self.measured_pass
 
+    def plain_seconds(self, batch: int) -> float | None:
+        """A plain step of ``batch`` requests, in seconds, as measured; None until measured."""
+        if self.fitted is None:
+            return None
+        fixed, per_position, _ = self.fitted
+        return fixed + per_position * max(batch, 1)
+
     def relative(self, batch: int) -> tuple[float, float]:
         """(VERIFY_COST, DRAFT_COST) for one request of a ``batch``: one more verified position, and the
         drafter's pass, each as a share of that request's part of a plain step; the priors until

@@ -27,6 +27,7 @@ change. Drafts are an optimisation: the first error on either side turns this of
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -51,6 +52,11 @@ PENDING = "_dspark_forced"  # on the V2 runner: the step's forced tokens, while 
 WRAPPED = "_dspark_overlaid"  # on a speculator: its propose overlays forced tokens
 
 logger = logging.getLogger("dspark")
+# The engine core's time a step on forced texts and predictions, at most this share of a plain step as the gate
+# measured it at this batch size: under asynchronous scheduling a structured step samples only after they are
+# worked out, and they cost per request (a grammar's jump-forward, the structure memory's walk): 4 ms a step at 256
+# requests drafting on a 2-core EPYC (studies/hook_cost.py). The requests left out are the first served next step.
+FORCED_SHARE = 0.05
 
 Forced = dict[str, tuple[int, tuple[int, ...]]]
 
@@ -68,10 +74,13 @@ class ForcedTexts:
         drafting: Callable[[], bool] = lambda: True,
         lookahead: StructureLookahead | None = None,
         counters: EngineCounters | None = None,
+        budget: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.grammar, self.drafting, self.lookahead, self.counters = grammar, drafting, lookahead, counters
+        self.budget = budget  # seconds a step may spend here (None: no bound)
         self.tokens: TokenTexts | None = None
         self.broken = False
+        self.first = 0  # where the next step's walk over its requests starts: past the last step's cut
 
     def get_grammar_bitmask(self, proceed, scheduler, scheduler_output):
         output = proceed(scheduler_output)
@@ -99,7 +108,13 @@ class ForcedTexts:
         longest = 2 * int(spec.num_speculative_tokens) + 1
         forced: Forced = {}
         counted = {"async_forced_tokens": 0, "async_structure_tokens": 0}
-        for request_id in request_ids:
+        limit, started = self.budget(), time.perf_counter()
+        first = self.first % len(request_ids) if request_ids else 0
+        ordered = [*request_ids[first:], *request_ids[:first]]
+        for done, request_id in enumerate(ordered):
+            if limit is not None and time.perf_counter() - started > limit:
+                self.first = first + done  # the ones left out go first next step
+                break
             if (request := scheduler.requests.get(request_id)) is None:
                 continue
             drafts: list[int] = []

@@ -76,9 +76,11 @@ def draft_length(k: int, batch: int, budget: int = VERIFY_BUDGET) -> int:
 
 
 class Skeleton:
-    """The JSON skeleton of a token stream: punctuation and keys kept, each value run one marker."""
+    """The JSON skeleton of a token stream: punctuation and keys kept, each value run one marker. ``kinds``: each
+    token's kind, a list (a push is a Python list read, not a numpy scalar's: the engine core pushes every
+    output token of every request it predicts for)."""
 
-    def __init__(self, kinds: np.ndarray) -> None:
+    def __init__(self, kinds: Sequence[int]) -> None:
         self.kinds = kinds
         self.items: list[int] = []
         self.in_value = False  # the last punctuation opened a value
@@ -89,7 +91,7 @@ class Skeleton:
 
     def structural(self, token: int) -> bool:
         """Whether ``token`` is JSON structure here (a comma inside a string value is not)."""
-        kind = int(self.kinds[token]) if token < len(self.kinds) else WORD
+        kind = self.kinds[token] if token < len(self.kinds) else WORD
         if kind in QUOTED:
             return True
         return kind in (OPENS_KEY, OPENS_BARE, PUNCT, BRACKET) and not (self.in_value and self.in_string)
@@ -97,8 +99,9 @@ class Skeleton:
     def push(self, token: int) -> None:
         self.pushed += 1
         if self.structural(token):
-            self.json_seen = self.json_seen or int(self.kinds[token]) in QUOTED
-            kind = QUOTED.get(int(self.kinds[token]), int(self.kinds[token]))
+            raw = self.kinds[token]
+            self.json_seen = self.json_seen or raw in QUOTED
+            kind = QUOTED.get(raw, raw)
             self.items.append(token)
             self.in_value = kind in (OPENS_STRING, OPENS_BARE)
             self.in_string = kind == OPENS_STRING
@@ -128,8 +131,8 @@ class Skeleton:
 class StructureMemory:
     """Next-token counts after each skeleton context of the model's own outputs."""
 
-    def __init__(self, kinds: np.ndarray) -> None:
-        self.kinds = kinds
+    def __init__(self, kinds: np.ndarray | Sequence[int]) -> None:
+        self.kinds: list[int] = kinds.tolist() if isinstance(kinds, np.ndarray) else list(kinds)
         self.counts: dict[tuple[int, ...], dict[int, int]] = defaultdict(dict)
 
     def skeleton(self, tokens: Sequence[int]) -> Skeleton:
@@ -243,7 +246,7 @@ def propose_one(
                 if by_text and (not copy or memory.kinds[copy[0]] in ENDS_COPY or len(by_text) > len(copy)):
                     copy = by_text
         copied = copy[position] if position < len(copy) else None
-        copied_kind = int(memory.kinds[copied]) if copied is not None and copied < len(memory.kinds) else WORD
+        copied_kind = memory.kinds[copied] if copied is not None and copied < len(memory.kinds) else WORD
         if skeleton.in_value and copied is not None and copied_kind not in ENDS_COPY and not skeleton.structural(copied):
             token = copied  # inside a value: keep copying the input
         elif (remembered := memory.predict(skeleton)) is not None:

@@ -107,7 +107,12 @@ def install(config: EngineConfig) -> None:
     if forced is not None or lookahead is not None:
         # Sent only where the worker's next drafts will be verified: the gate plans that step before the bitmask
         drafting = (lambda: gate.drafting) if gate is not None else (lambda: True)
-        forced_texts = async_grammar_drafts.ForcedTexts(forced, drafting, lookahead, counters)
+
+        def budget() -> float | None:  # a share of a plain step as the gate measured it; no bound before it has
+            seconds = gate.plain_step_seconds() if gate is not None else None
+            return None if seconds is None else async_grammar_drafts.FORCED_SHARE * seconds
+
+        forced_texts = async_grammar_drafts.ForcedTexts(forced, drafting, lookahead, counters, budget)
         overlay = async_grammar_drafts.ForcedOverlay()
     drafts = None
     if repeat is not None or forced is not None:

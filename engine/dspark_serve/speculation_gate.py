@@ -154,6 +154,10 @@ class SpeculationGate:
         """The request's recent acceptance; a new request's is the server's."""
         return (self.history.get(request_id) or self.population.prior()).rate
 
+    def plain_step_seconds(self) -> float | None:
+        """A plain step of the batch being planned, in seconds, as measured so far (None: not yet)."""
+        return self.costs.plain_seconds(self._batch)
+
     def budget(self, request_id: str, longest: int) -> int:
         return draft_budget(self.rate(request_id), longest, *self.relative_costs)
 

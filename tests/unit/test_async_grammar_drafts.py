@@ -150,6 +150,25 @@ def test_only_asynchronous_scheduling_sends_forced_text(tokenizer):
     assert broken.broken
 
 
+def test_forced_texts_stop_at_their_time_budget_and_the_ones_left_out_go_first_next_step(tokenizer, monkeypatch):
+    """Worked out per request on the step's critical path: once a step's budget is spent the rest wait, and the
+    next step starts with them, so every request gets its forced text every few steps."""
+    from dspark_serve import async_grammar_drafts
+
+    prompt = tokenizer.encode("Invoice", add_special_tokens=False)
+    request = _request(tokenizer, prompt)
+    for token in tokenizer.encode('{"', add_special_tokens=False):
+        assert request.structured_output_request.grammar.matcher.accept_token(token)
+        request.all_token_ids.append(token)
+    ids = ["r0", "r1", "r2", "r3"]
+    scheduler = _scheduler(tokenizer, dict.fromkeys(ids, request))
+    assert set(ForcedTexts(GrammarDrafter()).forced(scheduler, ids)) == set(ids)  # no budget: every request
+    clock = iter(range(1000))  # each reading of the clock one second later
+    monkeypatch.setattr(async_grammar_drafts.time, "perf_counter", lambda: float(next(clock)))
+    texts = ForcedTexts(GrammarDrafter(), budget=lambda: 2.5)  # room for two requests a step
+    assert [set(texts.forced(scheduler, ids)) for _ in range(3)] == [{"r0", "r1"}, {"r2", "r3"}, {"r0", "r1"}]
+
+
 class _Speculator:
     def __init__(self):
         self.calls = 0
