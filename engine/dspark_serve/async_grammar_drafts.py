@@ -112,7 +112,7 @@ class ForcedTexts:
         first = self.first % len(request_ids) if request_ids else 0
         ordered = [*request_ids[first:], *request_ids[:first]]
         for done, request_id in enumerate(ordered):
-            if limit is not None and time.perf_counter() - started > limit:
+            if done and limit is not None and time.perf_counter() - started > limit:  # one a step at least
                 self.first = first + done  # the ones left out go first next step
                 break
             if (request := scheduler.requests.get(request_id)) is None:

@@ -57,6 +57,7 @@ class GrammarForcedCounter:
         self.place: dict[str, int] = {}  # request -> its place in this step's bitmask
         self._first = np.zeros(0, dtype=np.int64)  # per place: its first row, and its rows
         self._rows = np.zeros(0, dtype=np.int64)
+        self._last = 0
         self._forced_before: np.ndarray | None = None  # forced rows before each row; None: this step is not read
         self._weight = 1  # the steps a read step's forced tokens stand for
         self._unread = 0  # steps since the last one read
@@ -71,6 +72,7 @@ class GrammarForcedCounter:
         else:
             self._rows = np.ones(len(request_ids), dtype=np.int64)
         self._first = np.cumsum(self._rows) - self._rows
+        self._last = len(bitmask)  # rows past the bitmask's end count as none
         every = max(1, -(-bitmask.size // self.budget_words))
         self._unread += 1
         if self._unread >= every:
@@ -89,12 +91,11 @@ class GrammarForcedCounter:
         if not found:
             return
         places, tokens = np.array(found, dtype=np.int64).T
-        start = self._first[places]
-        stop = start + np.minimum(tokens, self._rows[places])
+        start = np.minimum(self._first[places], self._last)
+        stop = np.minimum(self._first[places] + np.minimum(tokens, self._rows[places]), self._last)
         self.counters.add("constrained_tokens", int((stop - start).sum()))
         if (before := self._forced_before) is not None:
-            last = len(before) - 1  # rows past the bitmask's end count as none
-            forced = before[np.minimum(stop, last)] - before[np.minimum(start, last)]
+            forced = before[stop] - before[start]
             if total := int(forced.sum()) * self._weight:
                 self.counters.add("grammar_forced_tokens", total)
 

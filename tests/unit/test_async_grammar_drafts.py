@@ -165,8 +165,11 @@ def test_forced_texts_stop_at_their_time_budget_and_the_ones_left_out_go_first_n
     assert set(ForcedTexts(GrammarDrafter()).forced(scheduler, ids)) == set(ids)  # no budget: every request
     clock = iter(range(1000))  # each reading of the clock one second later
     monkeypatch.setattr(async_grammar_drafts.time, "perf_counter", lambda: float(next(clock)))
-    texts = ForcedTexts(GrammarDrafter(), budget=lambda: 2.5)  # room for two requests a step
+    texts = ForcedTexts(GrammarDrafter(), budget=lambda: 1.5)  # room for two requests a step
     assert [set(texts.forced(scheduler, ids)) for _ in range(3)] == [{"r0", "r1"}, {"r2", "r3"}, {"r0", "r1"}]
+    # a budget spent before the first request still serves one a step, in turn
+    starved = ForcedTexts(GrammarDrafter(), budget=lambda: 0.0)
+    assert [set(starved.forced(scheduler, ids)) for _ in range(5)] == [{"r0"}, {"r1"}, {"r2"}, {"r3"}, {"r0"}]
 
 
 class _Speculator:

@@ -74,6 +74,9 @@ def test_counts_only_the_positions_a_step_kept(tmp_path):
     assert (read_counters(tmp_path)["grammar_forced_tokens"], read_counters(tmp_path)["constrained_tokens"]) == (3, 4)
     counter.taken_in([("a", 1)])  # a step's rows are counted once
     assert read_counters(tmp_path)["constrained_tokens"] == 4
+    counter.built(_rows({7}), ["a", "b"], {"a": [1]})  # rows past the bitmask's end (b's; a's draft) count as none
+    counter.taken_in([("a", 2), ("b", 1)])
+    assert (read_counters(tmp_path)["grammar_forced_tokens"], read_counters(tmp_path)["constrained_tokens"]) == (4, 5)
 
 
 def test_a_large_bitmask_is_read_at_one_step_in_n_and_its_forced_tokens_count_n_times(tmp_path, monkeypatch):
