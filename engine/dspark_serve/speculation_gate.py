@@ -228,10 +228,9 @@ class SpeculationGate:
         if self.counters is not None and running_ids:
             self.counters.add("plain_steps", 0 if self.speculating else 1)
             self.counters.add("governor_switches", 1 if was != self.speculating else 0)
-        if asynchronous and self.uniform:
-            return self._plan_uniform(running_ids, longest)
         # Where vLLM's load-aware length is 0 no request can draft after this step, so no context is kept. If
         # the batch shrinks later, such a request drafts from a stale context, misses, and goes dormant.
+        uniform = asynchronous and self.uniform
         live = [r for r in running_ids if not self.dormant(r, longest)] if longest > 0 else []
         batch = len(running_ids), longest, *self.relative_costs
         rates = [self.rate(r) for r in live]
@@ -240,7 +239,10 @@ class SpeculationGate:
         # resumes from a fresh context: a request whose context has gaps drafts from it, misses, goes dormant,
         # and decodes a token a step for the rest of its life (the tail of a P95), and those misses make
         # speculation look slower than it is to the governor.
-        pays = bool(live) and pass_pays(rates, *batch)
+        if uniform:  # every running request would verify the drafts, the dormant ones too
+            pays = bool(live) and uniform_pays([self.rate(r) for r in running_ids], longest, *self.relative_costs)
+        else:
+            pays = bool(live) and pass_pays(rates, *batch)
         anyone = self.speculating and pays
         self.since_drafted += 1
         due = self.since_drafted >= self.probe_gap  # a probe, if hopeful, runs after this step
@@ -258,43 +260,28 @@ class SpeculationGate:
             hopeful = pass_pays([HOPEFUL_RATE if p else rate for rate, p in zip(rates, probed, strict=True)], *batch)
         if not pays:
             live = [r for r, y, p in zip(live, young, probed, strict=True) if not y or (p and hopeful)]
-        probing = self.speculating and not anyone and hopeful and due
+        if uniform:  # a probe re-judges every running request, not only the young ones
+            probing = self.speculating and not anyone and due and bool(running_ids) and longest > 0
+        else:
+            probing = self.speculating and not anyone and hopeful and due
         self.drafting = anyone or probing
         if self.drafting:
             self.since_drafted = 0
-        if anyone:
+            if uniform:
+                live = list(running_ids)
+        if uniform:
+            self.probe_gap = uniform_probe_gap(longest, *self.relative_costs)
+        elif anyone:
             self.probe_gap = YOUNG_PROBE
         elif probing:
             self.probe_gap = min(2 * self.probe_gap, LONGEST_PROBE_GAP)
-        self._count_step(running_ids, anyone)
-        return (longest if self.drafting else 0), live
-
-    def _plan_uniform(self, running_ids: Sequence[str], longest: int) -> tuple[int, list[str]]:
-        """``plan_step`` under asynchronous scheduling with ``uniform``: every running request verifies ``longest``
-        drafts where that pays for the batch (``uniform_pays`` on their rates, one pass over the batch: this runs
-        in the engine core every step, and under asynchronous scheduling a structured step's sampling waits for
-        it), else none does but at probes; and every request's context is kept, as a probe re-judges them all. A
-        batch whose requests' drafts do not pay one by one does not pay whole either: no per-request budget."""
-        prior, history = self.population.rate, self.history
-        rates = [judged.rate if (judged := history.get(r)) is not None else prior for r in running_ids]
-        pays = longest > 0 and uniform_pays(rates, longest, *self.relative_costs)
-        anyone = self.speculating and pays
-        self.since_drafted += 1
-        probing = self.speculating and not anyone and self.since_drafted >= self.probe_gap and bool(running_ids) and longest > 0
-        self.drafting = anyone or probing
-        if self.drafting:
-            self.since_drafted = 0
-        self.probe_gap = uniform_probe_gap(longest, *self.relative_costs)
-        self._count_step(running_ids, anyone)
-        return (longest if self.drafting else 0), list(running_ids)
-
-    def _count_step(self, running_ids: Sequence[str], anyone: bool) -> None:
         if self.counters is not None and running_ids:
             self.counters.add("engine_steps")
             if self.drafting:
                 self.counters.add("drafter_steps")
                 if not anyone:
                     self.counters.add("probe_steps")
+        return (longest if self.drafting else 0), live
 
     def slots(self, request_id: str, longest: int) -> int:
         """Draft positions the request verifies in its next step under asynchronous scheduling, of the
